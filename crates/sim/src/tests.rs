@@ -1,0 +1,66 @@
+//! The oracle's address-policy checks (`address_policy_*` in its test suite), restated.
+
+use super::*;
+
+const BASE: u64 = 0x1000_0000_0000;
+
+#[test]
+fn first_fit_alignment_and_rounding() {
+    let mut d = SimDevice::new(SimConfig::default());
+    let a = d.malloc(1).unwrap();
+    let b = d.malloc(1000).unwrap();
+    let c = d.malloc(3 * MIB).unwrap();
+    assert_eq!((a - BASE, b - BASE, c - BASE), (0, 0x200, 0x20_0000));
+    d.free(a, 1).unwrap();
+    assert_eq!(d.malloc(100).unwrap(), BASE);
+}
+
+#[test]
+fn coalesced_frees_make_room_for_a_bigger_block() {
+    let mut d = SimDevice::new(SimConfig::default());
+    let p: Vec<u64> = (0..5).map(|_| d.malloc(2 * MIB).unwrap()).collect();
+    for &q in &p[1..4] {
+        d.free(q, 2 * MIB).unwrap();
+    }
+    let before = d.phys_used();
+    let e = d.malloc(4 * MIB + 1).unwrap();
+    assert_eq!(e - BASE, 0x20_0000);
+    assert_eq!(d.phys_used() - before, 6 * MIB);
+}
+
+#[test]
+fn capacity_is_checked_before_placement() {
+    let mut d = SimDevice::new(SimConfig::with_capacity(4 * MIB));
+    d.enable_log();
+    assert!(d.malloc(2 * MIB).is_ok());
+    assert_eq!(d.malloc(4 * MIB), Err(DeviceError::OutOfMemory));
+    let last = *d.log().last().unwrap();
+    assert_eq!((last.op, last.ptr, last.result, last.phys_used), (Op::CudaMalloc, 0, 2, 2 * MIB));
+    assert_eq!(d.counters().cuda_malloc_failed, 1);
+}
+
+#[test]
+fn unknown_free_is_an_error_not_a_panic() {
+    let mut d = SimDevice::new(SimConfig::default());
+    assert!(matches!(d.free(BASE, 1), Err(DeviceError::Driver { .. })));
+}
+
+#[test]
+fn vmm_reservation_addresses_and_handles() {
+    let mut d = SimDevice::new(SimConfig::with_capacity(GIB));
+    let r1 = d.address_reserve(1160 * MIB).unwrap();
+    let r2 = d.address_reserve(1152 * MIB).unwrap();
+    assert_eq!(r1, 0x2000_0000_0000);
+    assert_eq!(r2, 0x2000_4880_0000);
+    let h1 = d.mem_create(20 * MIB).unwrap();
+    let h2 = d.mem_create(20 * MIB).unwrap();
+    assert_eq!((h1.0, h2.0), (1, 2));
+    d.mem_map(r1, 20 * MIB, h1).unwrap();
+    assert_eq!(d.phys_used(), 40 * MIB);
+    // Released but still mapped: still charged.
+    d.mem_release(h1, 20 * MIB).unwrap();
+    assert_eq!(d.phys_used(), 40 * MIB);
+    d.mem_unmap(r1, 20 * MIB, h1).unwrap();
+    assert_eq!(d.phys_used(), 20 * MIB);
+    assert_eq!(d.mem_create(2 * MIB).unwrap().0, 3, "handle ids are never reused");
+}
