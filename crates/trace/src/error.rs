@@ -1,0 +1,145 @@
+//! Errors of the trace readers.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Why a trace could not be read.
+///
+/// Parse errors carry the 1-based physical line number (of the decompressed
+/// file, header and empty lines counted) and display as `line N: ...`, like
+/// the oracle's exit-65 messages.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TraceError {
+    /// The trace file could not be opened (or its first bytes read).
+    #[error("cannot open trace file {}: {source}", path.display())]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+
+    /// Reading failed part-way (I/O error, corrupt or truncated gzip data).
+    #[error("{}: read error after line {line}: {source}", path.display())]
+    Read {
+        /// The file (or `<input>` for a reader built from a stream).
+        path: PathBuf,
+        /// The last line read completely (0 if none).
+        line: u64,
+        /// The underlying error.
+        source: io::Error,
+    },
+
+    /// A data row has fewer columns than the Action, Pointer and Size columns
+    /// need.
+    #[error(
+        "line {line}: expected at least {expected} columns (Action is column {action}, \
+         Pointer {pointer}, Size {size}), found {found}"
+    )]
+    TooFewColumns {
+        /// Line number.
+        line: u64,
+        /// Columns needed: 1 + the largest of the three column indexes.
+        expected: usize,
+        /// Columns in the row.
+        found: usize,
+        /// 1-based column of Action.
+        action: usize,
+        /// 1-based column of Pointer.
+        pointer: usize,
+        /// 1-based column of Size.
+        size: usize,
+    },
+
+    /// A line is longer than [`crate::rmm::MAX_LINE`]: not a trace.
+    #[error("line {line}: longer than {} MiB; is this an RMM CSV trace?", limit >> 20)]
+    LineTooLong {
+        /// Line number.
+        line: u64,
+        /// The limit in bytes.
+        limit: usize,
+    },
+
+    /// The Size field is not a number.
+    #[error("line {line}: size '{value}' is not a number (expected decimal bytes or 0x hex)")]
+    BadSize {
+        /// Line number.
+        line: u64,
+        /// The field as found (trimmed, lossy UTF-8, control characters
+        /// escaped, cut after 64 characters).
+        value: String,
+    },
+
+    /// The Size field is a number larger than `u64::MAX`.
+    #[error("line {line}: size '{value}' is larger than the maximum 18446744073709551615")]
+    SizeOverflow {
+        /// Line number.
+        line: u64,
+        /// The field as found (same form as in [`TraceError::BadSize`]).
+        value: String,
+    },
+}
+
+impl TraceError {
+    /// The trace line the error is about, when there is one (for
+    /// [`TraceError::Read`], the last line read completely).
+    pub fn line(&self) -> Option<u64> {
+        match self {
+            TraceError::Open { .. } => None,
+            TraceError::Read { line, .. }
+            | TraceError::TooFewColumns { line, .. }
+            | TraceError::LineTooLong { line, .. }
+            | TraceError::BadSize { line, .. }
+            | TraceError::SizeOverflow { line, .. } => Some(*line),
+        }
+    }
+
+    /// True for a malformed trace (the oracle's exit 65), false for I/O.
+    pub fn is_parse_error(&self) -> bool {
+        matches!(
+            self,
+            TraceError::TooFewColumns { .. }
+                | TraceError::LineTooLong { .. }
+                | TraceError::BadSize { .. }
+                | TraceError::SizeOverflow { .. }
+        )
+    }
+}
+
+/// Most characters of a field quoted in an error message.
+const MAX_QUOTED: usize = 64;
+
+/// A field as shown in an error message: lossy UTF-8, control characters
+/// escaped, long fields cut with `...`.
+pub(crate) fn quote_field(field: &[u8]) -> String {
+    let text = String::from_utf8_lossy(field);
+    let mut out = String::with_capacity(field.len().min(MAX_QUOTED + 8));
+    for (i, c) in text.chars().enumerate() {
+        if i == MAX_QUOTED {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote_field(b"abc"), "abc");
+        assert_eq!(quote_field(b"a\0b\x0b"), "a\\u{0}b\\u{b}");
+        assert_eq!(quote_field(b"\xff1"), "\u{fffd}1");
+        let long = quote_field(&[b'9'; 100]);
+        assert_eq!(long.len(), 64 + 3);
+        assert!(long.ends_with("..."));
+    }
+}
