@@ -1,0 +1,189 @@
+//! The free path and cross-stream lifetimes.
+//!
+//! `free` takes a block from its user at once (the `allocation` and `allocated_bytes` stats
+//! drop immediately). If other streams used the block (`record_stream`), an event is recorded
+//! on each and the block stays *active* until all of them complete; otherwise it goes straight
+//! back to its pool (`free_block`), merging with free neighbours in its segment.
+
+use cachalot_device::{Device, StreamId};
+
+use crate::block::BlockId;
+use crate::history::TraceAction;
+use crate::oom::AllocError;
+use crate::state::State;
+
+impl<D: Device> State<D> {
+    /// Takes back the allocation at `ptr`.
+    pub fn free(&mut self, ptr: u64) -> Result<(), AllocError> {
+        let Some(id) = self.allocated.remove(&ptr) else {
+            return Err(AllocError::InvalidPointer { ptr });
+        };
+        let (small, size, requested, stream, has_uses) = {
+            let b = &mut self.blocks[id];
+            b.allocated = false;
+            (
+                b.pool.is_small(),
+                b.size,
+                b.requested_size,
+                b.stream,
+                !b.stream_uses.is_empty(),
+            )
+        };
+        self.stats.allocation.decrease(small, 1);
+        self.stats.allocated_bytes.decrease(small, size);
+        self.record(TraceAction::FreeRequested, ptr, requested, stream);
+        if size >= self.conf.max_split_size {
+            self.stats.oversize_allocations.decrease(1);
+        }
+        if has_uses {
+            self.insert_events(id)?;
+        } else {
+            self.free_block(id);
+        }
+        Ok(())
+    }
+
+    /// Marks the allocation at `ptr` as used by `stream` too (`record_stream`): its memory is
+    /// not reused until the work queued on `stream` at free time has completed.
+    pub fn record_stream(&mut self, ptr: u64, stream: StreamId) -> Result<(), AllocError> {
+        let Some(&id) = self.allocated.get(&ptr) else {
+            return Err(AllocError::InvalidPointer { ptr });
+        };
+        let b = &mut self.blocks[id];
+        if stream != b.stream && !b.stream_uses.contains(&stream) {
+            b.stream_uses.push(stream);
+        }
+        Ok(())
+    }
+
+    /// Records one event per stream that used the block (`insert_events`).
+    fn insert_events(&mut self, id: BlockId) -> Result<(), AllocError> {
+        let uses = std::mem::take(&mut self.blocks[id].stream_uses);
+        for s in uses {
+            let ev = self.device.record_event(s)?;
+            self.blocks[id].event_count += 1;
+            self.events.entry(s).or_default().push_back((ev, id));
+        }
+        Ok(())
+    }
+
+    /// Retires completed events, oldest first per stream (`process_events`).
+    pub(crate) fn process_events(&mut self) -> Result<(), AllocError> {
+        if self.events.is_empty() {
+            return Ok(());
+        }
+        let mut streams = std::mem::take(&mut self.events);
+        for queue in streams.values_mut() {
+            while let Some(&(ev, id)) = queue.front() {
+                if !self.device.query_event(ev)? {
+                    break;
+                }
+                queue.pop_front();
+                self.event_done(id);
+            }
+        }
+        streams.retain(|_, q| !q.is_empty());
+        self.events = streams;
+        Ok(())
+    }
+
+    /// Waits for every outstanding event (`synchronize_and_free_events`).
+    pub(crate) fn synchronize_and_free_events(&mut self) -> Result<(), AllocError> {
+        self.stats.num_sync_all_streams += 1;
+        let streams = std::mem::take(&mut self.events);
+        for (_, queue) in streams {
+            for (ev, id) in queue {
+                self.device.synchronize_event(ev)?;
+                self.event_done(id);
+            }
+        }
+        Ok(())
+    }
+
+    fn event_done(&mut self, id: BlockId) {
+        let b = &mut self.blocks[id];
+        b.event_count -= 1;
+        if b.event_count == 0 {
+            self.free_block(id);
+        }
+    }
+
+    /// Returns a block to its pool, merging with free neighbours (`free_block`).
+    pub(crate) fn free_block(&mut self, id: BlockId) {
+        let (ptr, requested, stream, original_size, small) = {
+            let b = &self.blocks[id];
+            debug_assert!(!b.allocated && b.event_count == 0 && b.stream_uses.is_empty());
+            (b.ptr, b.requested_size, b.stream, b.size, b.pool.is_small())
+        };
+        self.record(TraceAction::FreeCompleted, ptr, requested, stream);
+        let mut net_blocks: i64 = 0;
+        let mut net_bytes: i64 = 0;
+        for candidate in [self.blocks[id].prev, self.blocks[id].next] {
+            let subsumed = self.try_merge_blocks(id, candidate);
+            if subsumed > 0 {
+                net_blocks -= 1;
+                net_bytes -= subsumed as i64;
+            }
+        }
+        self.active_count -= 1;
+        self.insert_free(id);
+        let b = &self.blocks[id];
+        if b.is_split() {
+            net_blocks += 1;
+            net_bytes += b.size as i64;
+        }
+        let expandable = b.is_expandable();
+        let s = &mut self.stats;
+        if !expandable {
+            if net_blocks != 0 {
+                s.inactive_split.apply(small, net_blocks);
+            }
+            if net_bytes != 0 {
+                s.inactive_split_bytes.apply(small, net_bytes);
+            }
+        }
+        s.active.decrease(small, 1);
+        s.active_bytes.decrease(small, original_size);
+        s.requested_bytes.decrease(small, requested);
+    }
+
+    /// Absorbs `src` into `dst` if `src` is a free neighbour in the same mapping state;
+    /// returns the bytes absorbed (`try_merge_blocks`).
+    pub(crate) fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>) -> u64 {
+        let Some(src) = src else { return 0 };
+        {
+            let s = &self.blocks[src];
+            if s.allocated
+                || s.event_count > 0
+                || !s.stream_uses.is_empty()
+                || s.mapped != self.blocks[dst].mapped
+            {
+                return 0;
+            }
+        }
+        let src_block = self.blocks[src].clone();
+        if src_block.mapped {
+            let removed = self.remove_free(src);
+            debug_assert!(removed, "free neighbour missing from the free set");
+        } else {
+            self.remove_unmapped(src);
+        }
+        if self.blocks[dst].prev == Some(src) {
+            let d = &mut self.blocks[dst];
+            d.ptr = src_block.ptr;
+            d.prev = src_block.prev;
+            if let Some(p) = src_block.prev {
+                self.blocks[p].next = Some(dst);
+            }
+        } else {
+            let d = &mut self.blocks[dst];
+            d.next = src_block.next;
+            if let Some(n) = src_block.next {
+                self.blocks[n].prev = Some(dst);
+            }
+        }
+        self.blocks[dst].size += src_block.size;
+        self.blocks.remove(src);
+        src_block.size
+    }
+}

@@ -1,0 +1,185 @@
+//! The O(n) consistency check, run after every operation in tests (feature
+//! `check-invariants`). It recounts everything from the blocks themselves and compares:
+//!
+//! - blocks of a segment tile it: `b.next.ptr == b.ptr + b.size`, links are symmetric, and
+//!   neighbours share stream, pool and segment;
+//! - no two neighbours are both free in the same mapping state (they would have merged);
+//! - the free set holds exactly the free mapped blocks, under their current key; the unmapped
+//!   set exactly the unmapped blocks; the address map exactly the allocated blocks;
+//! - reserved bytes = classic segment bytes + mapped expandable pages = `total_allocated_memory`;
+//! - every statistic's `current` equals its recount.
+
+use std::collections::BTreeSet;
+
+use cachalot_device::Device;
+
+use crate::block::BlockId;
+use crate::pool::{addr_key, size_key};
+use crate::state::State;
+
+impl<D: Device> State<D> {
+    /// Checks every invariant; returns a description of the first one broken.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let live = self.blocks.live_ids();
+        let mut free_expected = BTreeSet::new();
+        let mut unmapped_expected = BTreeSet::new();
+        // [all, small, large] recounts
+        let mut allocation = [0i64; 2];
+        let mut allocated_bytes = [0i64; 2];
+        let mut active = [0i64; 2];
+        let mut active_bytes = [0i64; 2];
+        let mut requested = [0i64; 2];
+        let mut segments = [0i64; 2];
+        let mut reserved = [0i64; 2];
+        let mut inactive_split = [0i64; 2];
+        let mut inactive_split_bytes = [0i64; 2];
+        let is_free = |id: BlockId| {
+            let b = &self.blocks[id];
+            !b.allocated && b.event_count == 0 && b.stream_uses.is_empty()
+        };
+        for &id in &live {
+            let b = &self.blocks[id];
+            let k = usize::from(!b.pool.is_small());
+            if let Some(n) = b.next {
+                let nb = &self.blocks[n];
+                if nb.prev != Some(id) {
+                    return Err(format!("block {:#x}: next.prev does not point back", b.ptr));
+                }
+                if nb.ptr != b.ptr + b.size {
+                    return Err(format!("block {:#x}+{}: next starts at {:#x}", b.ptr, b.size, nb.ptr));
+                }
+                if nb.stream != b.stream || nb.pool != b.pool || nb.expandable != b.expandable {
+                    return Err(format!("block {:#x}: neighbour from another segment", b.ptr));
+                }
+                if is_free(id) && is_free(n) && b.mapped == nb.mapped {
+                    return Err(format!("blocks {:#x} and {:#x} are free neighbours", b.ptr, nb.ptr));
+                }
+            }
+            if let Some(p) = b.prev
+                && self.blocks[p].next != Some(id)
+            {
+                return Err(format!("block {:#x}: prev.next does not point back", b.ptr));
+            }
+            if b.size == 0 {
+                return Err(format!("block {:#x} has size 0", b.ptr));
+            }
+            if !b.mapped {
+                if !b.is_expandable() || b.allocated {
+                    return Err(format!("block {:#x}: unmapped but not a free expandable block", b.ptr));
+                }
+                unmapped_expected.insert((b.pool.is_small(), addr_key(b), id));
+                continue;
+            }
+            if b.allocated {
+                allocation[k] += 1;
+                allocated_bytes[k] += b.size as i64;
+                if self.allocated.get(&b.ptr) != Some(&id) {
+                    return Err(format!("allocated block {:#x} missing from the address map", b.ptr));
+                }
+            }
+            if b.allocated || b.event_count > 0 {
+                active[k] += 1;
+                active_bytes[k] += b.size as i64;
+                requested[k] += b.requested_size as i64;
+            } else if is_free(id) {
+                free_expected.insert((b.pool.is_small(), size_key(b), id));
+                if b.is_split() && !b.is_expandable() {
+                    inactive_split[k] += 1;
+                    inactive_split_bytes[k] += b.size as i64;
+                }
+            }
+            if b.is_expandable() {
+                reserved[k] += b.size as i64;
+            } else if !b.is_split() || b.prev.is_none() {
+                let mut total = 0;
+                let mut cur = Some(id);
+                while let Some(c) = cur {
+                    total += self.blocks[c].size;
+                    cur = self.blocks[c].next;
+                }
+                segments[k] += 1;
+                reserved[k] += total as i64;
+            }
+        }
+        let mut free_actual = BTreeSet::new();
+        let mut unmapped_actual = BTreeSet::new();
+        for pool in [&self.small, &self.large] {
+            for (&key, &id) in &pool.blocks {
+                if size_key(&self.blocks[id]) != key {
+                    return Err(format!("free set key {key:?} is stale"));
+                }
+                free_actual.insert((pool.kind.is_small(), key, id));
+            }
+            for (&key, &id) in &pool.unmapped {
+                if addr_key(&self.blocks[id]) != key {
+                    return Err(format!("unmapped set key {key:?} is stale"));
+                }
+                unmapped_actual.insert((pool.kind.is_small(), key, id));
+            }
+        }
+        if free_actual != free_expected {
+            return Err(format!(
+                "free sets hold {} blocks, {} blocks are free",
+                free_actual.len(),
+                free_expected.len()
+            ));
+        }
+        if unmapped_actual != unmapped_expected {
+            return Err("unmapped sets differ from the unmapped blocks".into());
+        }
+        if self.allocated.len() as i64 != allocation[0] + allocation[1] {
+            return Err("address map holds blocks that are not allocated".into());
+        }
+        let s = &self.stats;
+        let checks: [(&str, &crate::stats::StatArray, [i64; 2]); 8] = [
+            ("allocation", &s.allocation, allocation),
+            ("allocated_bytes", &s.allocated_bytes, allocated_bytes),
+            ("active", &s.active, active),
+            ("active_bytes", &s.active_bytes, active_bytes),
+            ("requested_bytes", &s.requested_bytes, requested),
+            ("segment", &s.segment, segments),
+            ("inactive_split", &s.inactive_split, inactive_split),
+            ("inactive_split_bytes", &s.inactive_split_bytes, inactive_split_bytes),
+        ];
+        for (name, arr, [small, large]) in checks {
+            let got = [arr.0[0].current, arr.0[1].current, arr.0[2].current];
+            if got != [small + large, small, large] {
+                return Err(format!(
+                    "{name}: stats say {got:?}, recount gives {:?}",
+                    [small + large, small, large]
+                ));
+            }
+        }
+        let expandable_mapped: u64 = self
+            .expandable
+            .iter()
+            .flatten()
+            .map(|seg| seg.mapped_bytes())
+            .sum();
+        let classic_and_mapped = reserved[0] + reserved[1];
+        let reserved_stat = s.reserved_bytes.0[0].current;
+        if reserved_stat != classic_and_mapped
+            || reserved_stat as u64 != self.total_allocated_memory
+        {
+            return Err(format!(
+                "reserved: stats {reserved_stat}, blocks {classic_and_mapped}, total_allocated_memory {}",
+                self.total_allocated_memory
+            ));
+        }
+        let expandable_blocks_mapped: i64 = live
+            .iter()
+            .map(|&id| &self.blocks[id])
+            .filter(|b| b.is_expandable() && b.mapped)
+            .map(|b| b.size as i64)
+            .sum();
+        if expandable_blocks_mapped as u64 != expandable_mapped {
+            return Err(format!(
+                "expandable: mapped blocks cover {expandable_blocks_mapped} bytes, pages hold {expandable_mapped}"
+            ));
+        }
+        if self.active_count as i64 != active[0] + active[1] {
+            return Err("active block count drifted".into());
+        }
+        Ok(())
+    }
+}

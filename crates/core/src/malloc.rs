@@ -1,0 +1,297 @@
+//! The allocation path, in torch 2.15's order:
+//!
+//! 1. retire completed stream events (`process_events`);
+//! 2. round the request, pick the pool, compute the segment size;
+//! 3. best fit in the pool's free set, honouring the oversize rules (`get_free_block`);
+//! 4. on a miss: garbage-collect if enabled, then ask the device (`alloc_block`); failing that,
+//!    release oversize cached blocks and retry (`release_available_cached_blocks`); failing
+//!    that, flush the whole cache and retry once more (counted in `num_alloc_retries`);
+//! 5. still nothing: out of memory, with the numbers;
+//! 6. split the found block if the remainder is worth keeping (`should_split`) and hand out
+//!    the front part (`alloc_found_block`).
+
+use cachalot_device::{Device, DeviceError, StreamId};
+
+use crate::block::{BlockId, PoolKind};
+use crate::history::TraceAction;
+use crate::oom::{AllocError, OomReport};
+use crate::size::{self, MAX_REQUEST, MAX_UNSPLIT_REMAINDER, MIN_BLOCK_SIZE};
+use crate::state::State;
+
+/// What one request is looking for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Params {
+    pub stream: StreamId,
+    pub pool: PoolKind,
+    /// The rounded size.
+    pub size: u64,
+    /// The segment size a cache miss asks the device for.
+    pub alloc_size: u64,
+}
+
+impl<D: Device> State<D> {
+    /// Serves a request of `orig_size` bytes on `stream`; returns the block's address.
+    pub fn malloc(&mut self, orig_size: u64, stream: StreamId) -> Result<u64, AllocError> {
+        if orig_size > MAX_REQUEST {
+            return Err(AllocError::InvalidSize {
+                size: orig_size,
+                max: MAX_REQUEST,
+            });
+        }
+        self.process_events()?;
+        let size = size::round_size(orig_size, &self.conf);
+        let pool = if size::is_small(size) {
+            PoolKind::Small
+        } else {
+            PoolKind::Large
+        };
+        let p = Params {
+            stream,
+            pool,
+            size,
+            alloc_size: size::allocation_size(size, &self.conf),
+        };
+        let mut found = self.get_free_block(&p);
+        if found.is_none() {
+            if self.gc_enabled() {
+                self.garbage_collect_cached_blocks()?;
+            }
+            found = self.alloc_block(&p, false)?;
+            if found.is_none() && self.release_available_cached_blocks(&p)? {
+                found = self.alloc_block(&p, false)?;
+            }
+            if found.is_none() {
+                self.release_cached_blocks()?;
+                if self.conf.cachalot.research_after_flush {
+                    found = self.get_free_block(&p);
+                }
+                if found.is_none() {
+                    found = self.alloc_block(&p, true)?;
+                }
+            }
+        }
+        let Some(block) = found else {
+            return Err(self.out_of_memory(&p, orig_size));
+        };
+        let split = self.should_split(block, p.size);
+        Ok(self.alloc_found_block(block, &p, orig_size, split))
+    }
+
+    /// Best fit in the pool's free set (`get_free_block`); removes and returns the block.
+    pub(crate) fn get_free_block(&mut self, p: &Params) -> Option<BlockId> {
+        let gc = self.gc_enabled();
+        let expandable_on = self.conf.expandable_segments;
+        let exempt = self.conf.cachalot.expandable_oversize_exempt;
+        let max_split = self.conf.max_split_size;
+        let slack = self.conf.max_non_split_rounding_size;
+        let blocks = &self.blocks;
+        let pool = match p.pool {
+            PoolKind::Small => &mut self.small,
+            PoolKind::Large => &mut self.large,
+        };
+        if gc {
+            pool.get_free_blocks_call_count += 1;
+        }
+        let mut it = pool.from_key(p.stream, p.size);
+        let (_, &first) = it.next()?;
+        let mut id = first;
+        if blocks[id].stream != p.stream {
+            return None;
+        }
+        if blocks[id].is_expandable() {
+            if expandable_on {
+                // Best fit by the size a block could grow to: prefer a tighter candidate over
+                // the free tail of a segment that can still map more pages.
+                let expandable_size = |b: BlockId| {
+                    let blk = &blocks[b];
+                    blk.size
+                        + match blk.next {
+                            Some(n) if !blocks[n].mapped => blocks[n].size,
+                            _ => 0,
+                        }
+                };
+                for (_, &next) in it {
+                    if !blocks[id].is_expandable()
+                        || blocks[next].stream != p.stream
+                        || expandable_size(next) >= expandable_size(id)
+                    {
+                        break;
+                    }
+                    id = next;
+                }
+            } else {
+                // Expandable segments were switched off after some were made: only classic
+                // blocks may serve new requests.
+                let mut next = None;
+                for (_, &n) in it {
+                    if !(blocks[n].is_expandable() && blocks[n].stream == p.stream) {
+                        next = Some(n);
+                        break;
+                    }
+                }
+                match next {
+                    Some(n) if blocks[n].stream == p.stream => id = n,
+                    _ => return None,
+                }
+            }
+        }
+        let b = &blocks[id];
+        let oversize_applies = !(exempt && b.is_expandable());
+        if oversize_applies {
+            // Never hand an oversize block to a normal request.
+            if p.size < max_split && b.size >= max_split {
+                return None;
+            }
+            // An oversize request may round up by less than the slack.
+            if p.size >= max_split && b.size >= p.size.saturating_add(slack) {
+                return None;
+            }
+        }
+        let removed = pool.remove(b);
+        debug_assert!(removed);
+        Some(id)
+    }
+
+    /// Obtains new memory for `p` (`alloc_block`). `Ok(None)` means out of memory.
+    pub(crate) fn alloc_block(
+        &mut self,
+        p: &Params,
+        is_retry: bool,
+    ) -> Result<Option<BlockId>, AllocError> {
+        if is_retry {
+            self.stats.num_alloc_retries += 1;
+        }
+        if let Some(allowed) = self.allowed_memory_maximum
+            && self.total_allocated_memory.saturating_add(p.alloc_size) > allowed
+        {
+            return Ok(None);
+        }
+        if self.conf.expandable_segments {
+            return self.try_allocate_expandable_block(p);
+        }
+        let ptr = match self.device.malloc(p.alloc_size) {
+            Ok(ptr) => ptr,
+            Err(DeviceError::OutOfMemory) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let size = p.alloc_size;
+        self.total_allocated_memory += size;
+        let segment_id = self.take_segment_id();
+        let id = self.new_block(ptr, size, p.stream, p.pool, segment_id);
+        let small = p.pool.is_small();
+        self.stats.segment.increase(small, 1);
+        self.stats.reserved_bytes.increase(small, size);
+        if size >= self.conf.max_split_size {
+            self.stats.oversize_segments.increase(1);
+        }
+        self.stats.num_device_alloc += 1;
+        self.record(TraceAction::SegmentAlloc, ptr, size, p.stream);
+        Ok(Some(id))
+    }
+
+    /// Whether the rest of `block` after `size` bytes becomes a free block of its own.
+    pub(crate) fn should_split(&self, block: BlockId, size: u64) -> bool {
+        let b = &self.blocks[block];
+        let remaining = b.size - size;
+        if b.pool.is_small() || self.conf.expandable_segments {
+            remaining >= MIN_BLOCK_SIZE
+        } else {
+            size < self.conf.max_split_size && remaining > MAX_UNSPLIT_REMAINDER
+        }
+    }
+
+    /// Hands out the front `p.size` bytes of `id` (or all of it), updating the statistics.
+    pub(crate) fn alloc_found_block(
+        &mut self,
+        id: BlockId,
+        p: &Params,
+        orig_size: u64,
+        split: bool,
+    ) -> u64 {
+        let small = p.pool.is_small();
+        let already_split = self.blocks[id].is_split();
+        let expandable = self.blocks[id].is_expandable();
+        let user = if split {
+            // The original block becomes the remainder; a new block takes the front.
+            let (ptr, prev, exp, seg) = {
+                let b = &self.blocks[id];
+                (b.ptr, b.prev, b.expandable, b.segment_id)
+            };
+            let user = self.new_block(ptr, p.size, p.stream, p.pool, seg);
+            self.blocks[user].expandable = exp;
+            self.blocks[user].prev = prev;
+            if let Some(prev) = prev {
+                self.blocks[prev].next = Some(user);
+            }
+            self.blocks[user].next = Some(id);
+            {
+                let rem = &mut self.blocks[id];
+                rem.prev = Some(user);
+                rem.ptr += p.size;
+                rem.size -= p.size;
+            }
+            self.insert_free(id);
+            if !expandable {
+                if already_split {
+                    self.stats.inactive_split_bytes.decrease(small, p.size);
+                } else {
+                    let rem = self.blocks[id].size;
+                    self.stats.inactive_split_bytes.increase(small, rem);
+                    self.stats.inactive_split.increase(small, 1);
+                }
+            }
+            user
+        } else {
+            if already_split && !expandable {
+                let s = self.blocks[id].size;
+                self.stats.inactive_split_bytes.decrease(small, s);
+                self.stats.inactive_split.decrease(small, 1);
+            }
+            id
+        };
+        let (ptr, bsize, stream) = {
+            let b = &mut self.blocks[user];
+            b.allocated = true;
+            b.requested_size = orig_size;
+            (b.ptr, b.size, b.stream)
+        };
+        self.record(TraceAction::Alloc, ptr, orig_size, stream);
+        self.allocated.insert(ptr, user);
+        self.active_count += 1;
+        let s = &mut self.stats;
+        s.allocation.increase(small, 1);
+        s.allocated_bytes.increase(small, bsize);
+        s.active.increase(small, 1);
+        s.active_bytes.increase(small, bsize);
+        s.requested_bytes.increase(small, orig_size);
+        if bsize >= self.conf.max_split_size {
+            s.oversize_allocations.increase(1);
+        }
+        ptr
+    }
+
+    /// Builds the out-of-memory error and counts it.
+    fn out_of_memory(&mut self, p: &Params, orig_size: u64) -> AllocError {
+        let info = match self.device.mem_get_info() {
+            Ok(i) => i,
+            Err(e) => return e.into(),
+        };
+        self.stats.num_ooms += 1;
+        if let Some(h) = &mut self.history {
+            h.push_oom(p.size, p.stream, info.free);
+        }
+        AllocError::OutOfMemory(Box::new(OomReport {
+            device: self.device_index,
+            stream: p.stream,
+            requested: orig_size,
+            rounded: p.size,
+            alloc_size: p.alloc_size,
+            device_total: info.total,
+            device_free: info.free,
+            allocated: self.stats.allocated_bytes.all().current as u64,
+            reserved: self.stats.reserved_bytes.all().current as u64,
+            allowed: self.allowed_memory_maximum,
+            expandable_segments: self.conf.expandable_segments,
+        }))
+    }
+}

@@ -1,0 +1,129 @@
+//! Errors of the allocator, and the out-of-memory report with torch 2.15's text.
+
+use cachalot_device::{DeviceError, StreamId};
+
+/// Formats a byte count as torch's `format_size` does: bytes up to 1 KiB, then KiB, MiB and
+/// GiB with two decimals.
+pub fn format_size(bytes: u64) -> String {
+    const KIB: u64 = 1024;
+    if bytes <= KIB {
+        format!("{bytes} bytes")
+    } else if bytes <= KIB * KIB {
+        format!("{:.2} KiB", bytes as f64 / 1024.0)
+    } else if bytes <= KIB * KIB * KIB {
+        format!("{:.2} MiB", bytes as f64 / 1_048_576.0)
+    } else {
+        format!("{:.2} GiB", bytes as f64 / 1_073_741_824.0)
+    }
+}
+
+/// Everything known when a request could not be served, as numbers. `Display` is torch
+/// 2.15's `OutOfMemoryError` message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OomReport {
+    /// Device ordinal.
+    pub device: u32,
+    /// The stream of the request.
+    pub stream: StreamId,
+    /// The size asked for, unrounded.
+    pub requested: u64,
+    /// The request after rounding (the block size it needed).
+    pub rounded: u64,
+    /// The segment size the allocator tried to obtain ("Tried to allocate").
+    pub alloc_size: u64,
+    /// Device capacity as `cudaMemGetInfo` reports it.
+    pub device_total: u64,
+    /// Free device memory as `cudaMemGetInfo` reports it.
+    pub device_free: u64,
+    /// Bytes allocated to users (`allocated_bytes.all.current`).
+    pub allocated: u64,
+    /// Bytes the allocator holds from the device (`reserved_bytes.all.current`).
+    pub reserved: u64,
+    /// The per-process limit, when a memory fraction below 1 is set.
+    pub allowed: Option<u64>,
+    /// Whether expandable segments were enabled (torch then gives different advice).
+    pub expandable_segments: bool,
+}
+
+impl OomReport {
+    /// Reserved bytes that no allocation uses: cached free blocks.
+    pub fn reserved_unallocated(&self) -> u64 {
+        self.reserved.saturating_sub(self.allocated)
+    }
+}
+
+impl std::fmt::Display for OomReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let allowed = match self.allowed {
+            Some(a) => format!("{} allowed; ", format_size(a)),
+            None => String::new(),
+        };
+        write!(
+            f,
+            "CUDA out of memory. Tried to allocate {}. GPU {} has a total capacity of {} of which {} is free. {}Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated.",
+            format_size(self.alloc_size),
+            self.device,
+            format_size(self.device_total),
+            format_size(self.device_free),
+            allowed,
+            format_size(self.allocated),
+            format_size(self.reserved_unallocated()),
+        )?;
+        if self.expandable_segments {
+            f.write_str(" expandable_segments is enabled. If instead the process is running out of virtual address space (VSZ), expandable segments may be over-reserving VA (each segment reserves ~9/8 of device memory, times the number of streams); reduce it via PYTORCH_CUDA_ALLOC_CONF expandable_segments_reserve / expandable_segments_reserve_by_class.")
+        } else {
+            f.write_str(" If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
+        }
+    }
+}
+
+/// Why an allocator call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    /// The request could not be served even after freeing the cache.
+    #[error("{0}")]
+    OutOfMemory(Box<OomReport>),
+    /// The request is larger than any device could hold and would overflow size arithmetic.
+    #[error(
+        "cannot allocate {size} bytes: requests above {max} bytes overflow the allocator's size rounding (torch 2.15 wraps around here)"
+    )]
+    InvalidSize {
+        /// The size asked for.
+        size: u64,
+        /// The largest size accepted.
+        max: u64,
+    },
+    /// `free` or `record_stream` of an address that is not a live allocation.
+    #[error("invalid device pointer: {ptr:#x} (not an allocation of this allocator, or already freed)")]
+    InvalidPointer {
+        /// The address passed in.
+        ptr: u64,
+    },
+    /// A device call failed for a reason other than lack of memory.
+    #[error("device error: {0}")]
+    Device(#[from] DeviceError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_size_matches_torch_examples() {
+        assert_eq!(format_size(512), "512 bytes");
+        assert_eq!(format_size(1024), "1024 bytes");
+        assert_eq!(format_size(1025), "1.00 KiB");
+        assert_eq!(format_size(20 << 20), "20.00 MiB");
+        assert_eq!(format_size(1 << 30), "1024.00 MiB");
+        assert_eq!(format_size(80 << 30), "80.00 GiB");
+        assert_eq!(format_size(1 << 60), "1073741824.00 GiB");
+    }
+
+    #[test]
+    fn format_size_rounds_ties_like_printf() {
+        // 1.125 KiB is exact in binary: printf rounds half to even, giving 1.12.
+        assert_eq!(format_size(1152), "1.12 KiB");
+        // 1.375 -> 1.38 (even neighbour is 8).
+        assert_eq!(format_size(1408), "1.38 KiB");
+    }
+}

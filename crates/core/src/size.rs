@@ -1,0 +1,145 @@
+//! Size classes and rounding: how a request becomes a block size, a pool and a segment size.
+//!
+//! - A request is rounded to a multiple of [`MIN_BLOCK_SIZE`] (512 B), or to a power-of-two
+//!   subdivision when `roundup_power2_divisions` asks for it ([`round_size`]).
+//! - Rounded sizes up to [`SMALL_SIZE`] (1 MiB, inclusive) go to the small pool, the rest to the
+//!   large pool.
+//! - A cache miss asks the device for a segment of [`allocation_size`]: 2 MiB for the small
+//!   pool, the large segment size (20 MiB) for requests under [`MIN_LARGE_ALLOC`], else the
+//!   request rounded up to 2 MiB.
+
+use crate::config::{AllocConf, MIB};
+
+/// Every block is a multiple of this many bytes (`kMinBlockSize`).
+pub const MIN_BLOCK_SIZE: u64 = 512;
+/// Largest rounded request served by the small pool (`kSmallSize`).
+pub const SMALL_SIZE: u64 = MIB;
+/// Segment size of the small pool, and its expandable page size (`kSmallBuffer`).
+pub const SMALL_BUFFER: u64 = 2 * MIB;
+/// Requests below this get a whole large segment (`kMinLargeAlloc`).
+pub const MIN_LARGE_ALLOC: u64 = 10 * MIB;
+/// Requests of at least [`MIN_LARGE_ALLOC`] get segments rounded up to this (`kRoundLarge`).
+pub const ROUND_LARGE: u64 = 2 * MIB;
+/// Large-pool remainders must be bigger than this to be split off (`kSmallSize`).
+pub const MAX_UNSPLIT_REMAINDER: u64 = MIB;
+
+/// The largest request [`round_size`] can handle without overflowing: anything above is
+/// rejected up front (torch 2.15 wraps around instead and corrupts its statistics).
+pub const MAX_REQUEST: u64 = u64::MAX - 4 * ROUND_LARGE;
+
+/// Which `roundup_power2_divisions` slot covers `size`: slot *i* is [2^i MiB, 2^(i+1) MiB),
+/// slot 0 also covers everything smaller and slot 15 everything bigger.
+pub fn division_slot(size: u64) -> usize {
+    let log = 63 - size.max(1).leading_zeros() as u64;
+    (log.saturating_sub(20)).min(15) as usize
+}
+
+/// Rounds `size` up to the next of `divisions` equal steps between two powers of two.
+fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
+    if size.is_power_of_two() {
+        return size;
+    }
+    let floor = 1u64 << (63 - size.leading_zeros());
+    let step = floor >> divisions.trailing_zeros();
+    if step == 0 {
+        return floor << 1;
+    }
+    let rounded_down = size & !(step - 1);
+    if rounded_down == size {
+        size
+    } else {
+        rounded_down + step
+    }
+}
+
+/// The block size for a request of `size` bytes (`round_size`). `size` must be at most
+/// [`MAX_REQUEST`].
+pub fn round_size(size: u64, conf: &AllocConf) -> u64 {
+    if size < MIN_BLOCK_SIZE {
+        return MIN_BLOCK_SIZE;
+    }
+    let divisions = conf.roundup_power2_divisions[division_slot(size)];
+    if divisions > 1 && size > MIN_BLOCK_SIZE * divisions && size <= conf.roundup_bypass_threshold
+    {
+        roundup_power2_next_division(size, divisions)
+    } else {
+        size.div_ceil(MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+    }
+}
+
+/// Whether a rounded size is served by the small pool.
+#[inline]
+pub fn is_small(rounded: u64) -> bool {
+    rounded <= SMALL_SIZE
+}
+
+/// The size of a new segment for a rounded request (`get_allocation_size`).
+pub fn allocation_size(rounded: u64, conf: &AllocConf) -> u64 {
+    if rounded <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if rounded < MIN_LARGE_ALLOC {
+        conf.large_segment_size
+    } else {
+        rounded.div_ceil(ROUND_LARGE) * ROUND_LARGE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conf_div(d: u64) -> AllocConf {
+        AllocConf {
+            roundup_power2_divisions: [d; 16],
+            ..AllocConf::default()
+        }
+    }
+
+    #[test]
+    fn default_rounding_is_512_bytes() {
+        let c = AllocConf::default();
+        assert_eq!(round_size(1, &c), 512);
+        assert_eq!(round_size(512, &c), 512);
+        assert_eq!(round_size(513, &c), 1024);
+        assert_eq!(round_size(13 * MIB + 1, &c), 13 * MIB + 512);
+    }
+
+    #[test]
+    fn power2_divisions_match_the_spec_examples() {
+        let c = conf_div(4);
+        assert_eq!(round_size(1000, &c), 1024);
+        assert_eq!(round_size(1200, &c), 1536);
+        assert_eq!(round_size(2049, &c), 2560);
+        assert_eq!(round_size(5000, &c), 5120);
+        assert_eq!(round_size(1025 * MIB, &c), 1280 * MIB);
+        assert_eq!(round_size(5 * MIB + 1, &c), 6 * MIB);
+    }
+
+    #[test]
+    fn bypass_threshold_skips_power2_rounding_above_it() {
+        let mut c = conf_div(4);
+        c.roundup_bypass_threshold = 100 * MIB;
+        assert_eq!(round_size(5 * MIB + 1, &c), 6 * MIB);
+        assert_eq!(round_size(1025 * MIB, &c), 1025 * MIB);
+    }
+
+    #[test]
+    fn segment_sizes_follow_the_three_classes() {
+        let c = AllocConf::default();
+        assert_eq!(allocation_size(512, &c), 2 * MIB);
+        assert_eq!(allocation_size(MIB, &c), 2 * MIB);
+        assert_eq!(allocation_size(MIB + 512, &c), 20 * MIB);
+        assert_eq!(allocation_size(10 * MIB - 512, &c), 20 * MIB);
+        assert_eq!(allocation_size(10 * MIB, &c), 10 * MIB);
+        assert_eq!(allocation_size(13 * MIB + 512, &c), 14 * MIB);
+    }
+
+    #[test]
+    fn slots_cover_one_mib_to_thirty_two_gib() {
+        assert_eq!(division_slot(1), 0);
+        assert_eq!(division_slot(2 * MIB - 1), 0);
+        assert_eq!(division_slot(2 * MIB), 1);
+        assert_eq!(division_slot(256 * MIB), 8);
+        assert_eq!(division_slot(u64::MAX), 15);
+    }
+}

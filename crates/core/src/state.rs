@@ -1,0 +1,169 @@
+//! `State`: all mutable data of one device's allocator. Functions that take `&mut State` run
+//! with the device lock held (the facade in `lib.rs` owns the lock).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use cachalot_device::{Device, EventId, StreamId};
+use rustc_hash::FxHashMap;
+
+use crate::block::{Arena, Block, BlockId, PoolKind};
+use crate::config::AllocConf;
+use crate::expandable::ExpandableSegment;
+use crate::history::{History, TraceAction};
+use crate::pool::BlockPool;
+use crate::stats::DeviceStats;
+
+/// One device's caching allocator state.
+pub(crate) struct State<D> {
+    pub conf: AllocConf,
+    pub device: D,
+    pub device_index: u32,
+    pub blocks: Arena,
+    pub small: BlockPool,
+    pub large: BlockPool,
+    /// Allocated blocks by address: exactly the blocks handed out and not yet freed.
+    pub allocated: FxHashMap<u64, BlockId>,
+    /// Number of blocks that are allocated or waiting on events (`active_blocks`).
+    pub active_count: u64,
+    /// Outstanding events per stream, oldest first (`cuda_events`).
+    pub events: BTreeMap<StreamId, VecDeque<(EventId, BlockId)>>,
+    /// Expandable segments, by index (a block's `expandable` field); `None` once released.
+    pub expandable: Vec<Option<ExpandableSegment>>,
+    /// Bytes obtained from the device (`total_allocated_memory`).
+    pub total_allocated_memory: u64,
+    /// The per-process limit (`allowed_memory_maximum`) when a fraction below 1 is set.
+    pub allowed_memory_maximum: Option<u64>,
+    /// Device capacity, read once at construction.
+    pub device_total: u64,
+    pub stats: DeviceStats,
+    pub history: Option<History>,
+    /// Creation number for the next segment (torch's `registration_counter_global`).
+    pub next_segment_id: u32,
+}
+
+impl<D: Device> State<D> {
+    pub fn new(conf: AllocConf, mut device: D, device_index: u32) -> Result<Self, crate::AllocError> {
+        let info = device.mem_get_info()?;
+        let mut stats = DeviceStats::default();
+        stats.max_split_size = if conf.max_split_size == u64::MAX {
+            -1
+        } else {
+            conf.max_split_size as i64
+        };
+        let mut state = State {
+            conf,
+            device,
+            device_index,
+            blocks: Arena::default(),
+            small: BlockPool::new(PoolKind::Small),
+            large: BlockPool::new(PoolKind::Large),
+            allocated: FxHashMap::default(),
+            active_count: 0,
+            events: BTreeMap::new(),
+            expandable: Vec::new(),
+            total_allocated_memory: 0,
+            allowed_memory_maximum: None,
+            device_total: info.total,
+            stats,
+            history: None,
+            next_segment_id: 0,
+        };
+        let fraction = state.conf.per_process_memory_fraction;
+        state.set_memory_fraction(fraction);
+        Ok(state)
+    }
+
+    /// `setMemoryFraction`: a fraction below 1 sets a limit; 1 clears it.
+    pub fn set_memory_fraction(&mut self, fraction: f64) {
+        self.allowed_memory_maximum = if fraction < 1.0 {
+            Some((fraction * self.device_total as f64) as u64)
+        } else {
+            None
+        };
+    }
+
+    /// Whether the garbage collector runs (a threshold and a fraction limit are both set).
+    #[inline]
+    pub fn gc_enabled(&self) -> bool {
+        self.allowed_memory_maximum.is_some() && self.conf.garbage_collection_threshold > 0.0
+    }
+
+    #[inline]
+    pub fn pool(&self, kind: PoolKind) -> &BlockPool {
+        match kind {
+            PoolKind::Small => &self.small,
+            PoolKind::Large => &self.large,
+        }
+    }
+
+    #[inline]
+    pub fn pool_mut(&mut self, kind: PoolKind) -> &mut BlockPool {
+        match kind {
+            PoolKind::Small => &mut self.small,
+            PoolKind::Large => &mut self.large,
+        }
+    }
+
+    /// Puts a free mapped block into its pool's free set.
+    #[inline]
+    pub fn insert_free(&mut self, id: BlockId) {
+        let kind = self.blocks[id].pool;
+        let pool = match kind {
+            PoolKind::Small => &mut self.small,
+            PoolKind::Large => &mut self.large,
+        };
+        pool.insert(id, &mut self.blocks[id]);
+    }
+
+    /// Removes a free mapped block from its pool's free set.
+    #[inline]
+    pub fn remove_free(&mut self, id: BlockId) -> bool {
+        let b = &self.blocks[id];
+        match b.pool {
+            PoolKind::Small => self.small.remove(b),
+            PoolKind::Large => self.large.remove(b),
+        }
+    }
+
+    /// Appends a history entry when recording is on.
+    #[inline]
+    pub fn record(&mut self, action: TraceAction, addr: u64, size: u64, stream: StreamId) {
+        if let Some(h) = &mut self.history {
+            h.push(action, addr, size, stream);
+        }
+    }
+
+    /// Takes the next segment creation number.
+    pub fn take_segment_id(&mut self) -> u32 {
+        let id = self.next_segment_id;
+        self.next_segment_id = self.next_segment_id.wrapping_add(1);
+        id
+    }
+
+    /// A fresh block, not linked, not in any set, of the segment numbered `segment_id`.
+    pub fn new_block(
+        &mut self,
+        ptr: u64,
+        size: u64,
+        stream: StreamId,
+        pool: PoolKind,
+        segment_id: u32,
+    ) -> BlockId {
+        self.blocks.insert(Block {
+            ptr,
+            size,
+            requested_size: 0,
+            stream,
+            pool,
+            allocated: false,
+            mapped: true,
+            prev: None,
+            next: None,
+            event_count: 0,
+            stream_uses: Vec::new(),
+            gc_count_base: 0,
+            expandable: crate::block::NOT_EXPANDABLE,
+            segment_id,
+        })
+    }
+}
