@@ -1,0 +1,148 @@
+//! Fidelity: every trace × scenario of the oracle's golden results, replayed by cachalot,
+//! must give the same device calls (row for row), statistics, counts and OOM messages.
+//!
+//! The fixtures are copies of `shared/golden` and the traces it replays
+//! (`tests/fixtures/{golden,traces}` at the workspace root). Set `GOLDEN_FILTER=substring`
+//! to run a subset (matched against `trace/scenario`).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use cachalot_core::config::parse_pytorch;
+use cachalot_replay::report::{report_json, write_segments, ReportMeta};
+use cachalot_replay::{load_rmm, replay, ReplayOptions};
+use cachalot_sim::SimConfig;
+use serde_json::Value;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+fn gunzip(path: &Path) -> String {
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut s = String::new();
+    flate2::read::GzDecoder::new(f)
+        .read_to_string(&mut s)
+        .unwrap();
+    s
+}
+
+/// Compares two JSON values; floats by value. Returns the paths that differ.
+fn diff(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for (k, v) in y {
+                match x.get(k) {
+                    Some(u) => diff(&format!("{path}.{k}"), u, v, out),
+                    None => out.push(format!("{path}.{k}: missing (oracle {v})")),
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (u, v)) in x.iter().zip(y).enumerate() {
+                diff(&format!("{path}[{i}]"), u, v, out);
+            }
+        }
+        (Value::Number(x), Value::Number(y)) if x.as_f64() == y.as_f64() => {}
+        _ if a == b => {}
+        _ => out.push(format!("{path}: cachalot {a}, oracle {b}")),
+    }
+}
+
+const COMPARED: &[&str] = &[
+    "trace_stats",
+    "events",
+    "peak",
+    "final",
+    "num_device_alloc",
+    "num_device_free",
+    "num_alloc_retries",
+    "num_ooms",
+    "ooms",
+    "device_stats",
+    "fake_device",
+    "cudaMemGetInfo_at_end",
+];
+
+fn run_golden(include_expandable: bool) {
+    let root = fixtures();
+    let index: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("golden/index.json")).unwrap())
+            .unwrap();
+    let filter = std::env::var("GOLDEN_FILTER").unwrap_or_default();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for (name, entry) in index.as_object().unwrap() {
+        let trace_path = root.join(entry["trace"].as_str().unwrap());
+        let mut trace = None;
+        for (scenario, sc) in entry["scenarios"].as_object().unwrap() {
+            let id = format!("{name}/{scenario}");
+            let conf_str = sc["PYTORCH_CUDA_ALLOC_CONF"].as_str().unwrap();
+            if conf_str.contains("expandable_segments:True") != include_expandable
+                || !id.contains(&filter)
+            {
+                continue;
+            }
+            let trace = trace.get_or_insert_with(|| load_rmm(&trace_path).unwrap());
+            let (conf, _) = parse_pytorch(conf_str).unwrap();
+            let capacity = sc["FAKE_CUDA_CAPACITY"].as_u64().unwrap();
+            let opts = ReplayOptions {
+                conf: conf.clone(),
+                sim: SimConfig::with_capacity(capacity),
+                log_segments: true,
+                ..ReplayOptions::default()
+            };
+            let report = replay(trace, &opts).unwrap();
+            let ours = report_json(&report, &conf, &trace.stats, capacity, &ReportMeta::default());
+            let golden: Value = serde_json::from_str(
+                &std::fs::read_to_string(root.join(format!("golden/{id}.json"))).unwrap(),
+            )
+            .unwrap();
+            let mut diffs = Vec::new();
+            for key in COMPARED {
+                diff(key, &ours[key], &golden[key], &mut diffs);
+            }
+            let mut csv = Vec::new();
+            write_segments(&mut csv, &report.segments).unwrap();
+            let csv = String::from_utf8(csv).unwrap();
+            let golden_csv = gunzip(&root.join(format!("golden/{id}.segments.csv.gz")));
+            if csv != golden_csv {
+                let first = csv
+                    .lines()
+                    .zip(golden_csv.lines())
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(csv.lines().count().min(golden_csv.lines().count()));
+                diffs.push(format!(
+                    "segments log differs at row {first} (cachalot {} rows, oracle {}): cachalot `{}` oracle `{}`",
+                    csv.lines().count(),
+                    golden_csv.lines().count(),
+                    csv.lines().nth(first).unwrap_or("<end>"),
+                    golden_csv.lines().nth(first).unwrap_or("<end>")
+                ));
+            }
+            checked += 1;
+            if !diffs.is_empty() {
+                diffs.truncate(6);
+                failures.push(format!("{id}:\n    {}", diffs.join("\n    ")));
+            }
+        }
+    }
+    assert!(checked > 0, "no golden scenario matched the filter {filter:?}");
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} golden scenarios differ from the oracle:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    eprintln!("{checked} golden scenarios identical to the oracle");
+}
+
+#[test]
+fn classic_segments_match_the_oracle() {
+    run_golden(false);
+}
+
+#[test]
+fn expandable_segments_match_the_oracle() {
+    run_golden(true);
+}
