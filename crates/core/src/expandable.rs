@@ -18,9 +18,9 @@
 //!   and frees, but expandable memory never counts in `segment`, `oversize_segments` or
 //!   `inactive_split*` — as in torch 2.15.
 
-use cachalot_device::{Device, DeviceError, MemHandle, StreamId};
+use cachalot_device::{Device, DeviceError, MemHandle};
 
-use crate::block::{BlockId, PoolKind};
+use crate::block::BlockId;
 use crate::history::TraceAction;
 use crate::malloc::Params;
 use crate::oom::AllocError;
@@ -37,10 +37,6 @@ pub(crate) struct ExpandableSegment {
     pub page: u64,
     /// Number of pages the reservation can hold.
     pub max_pages: u64,
-    /// The stream the segment serves.
-    pub stream: StreamId,
-    /// The pool kind it serves.
-    pub pool: PoolKind,
     /// The physical handle mapped at each page, for the pages seen so far.
     pub handles: Vec<Option<MemHandle>>,
 }
@@ -66,7 +62,10 @@ impl<D: Device> State<D> {
         let b = &self.blocks[id];
         let key = addr_key(b);
         let removed = self.pool_mut(b.pool).unmapped.remove(&key);
-        debug_assert!(removed.is_some(), "unmapped block missing from the unmapped set");
+        debug_assert!(
+            removed.is_some(),
+            "unmapped block missing from the unmapped set"
+        );
     }
 
     fn insert_unmapped(&mut self, id: BlockId) {
@@ -120,8 +119,6 @@ impl<D: Device> State<D> {
             ptr,
             page,
             max_pages,
-            stream: p.stream,
-            pool: p.pool,
             handles: Vec::new(),
         };
         let index = self.expandable.len() as u32;
@@ -187,8 +184,7 @@ impl<D: Device> State<D> {
         for i in begin..end {
             match self.device.mem_create(page) {
                 Ok(h) => {
-                    self.expandable[seg_index].as_mut().expect("live").handles[i as usize] =
-                        Some(h)
+                    self.expandable[seg_index].as_mut().expect("live").handles[i as usize] = Some(h)
                 }
                 Err(DeviceError::OutOfMemory) => {
                     for j in begin..i {
@@ -310,9 +306,16 @@ impl<D: Device> State<D> {
         self.try_merge_blocks(id, next);
         self.insert_unmapped(id);
         self.total_allocated_memory -= unmapped_size;
-        self.stats.reserved_bytes.decrease(pool.is_small(), unmapped_size);
+        self.stats
+            .reserved_bytes
+            .decrease(pool.is_small(), unmapped_size);
         self.stats.num_device_free += 1;
-        self.record(TraceAction::SegmentUnmap, unmapped_ptr, unmapped_size, stream);
+        self.record(
+            TraceAction::SegmentUnmap,
+            unmapped_ptr,
+            unmapped_size,
+            stream,
+        );
         Ok(id)
     }
 

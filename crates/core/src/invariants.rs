@@ -46,13 +46,22 @@ impl<D: Device> State<D> {
                     return Err(format!("block {:#x}: next.prev does not point back", b.ptr));
                 }
                 if nb.ptr != b.ptr + b.size {
-                    return Err(format!("block {:#x}+{}: next starts at {:#x}", b.ptr, b.size, nb.ptr));
+                    return Err(format!(
+                        "block {:#x}+{}: next starts at {:#x}",
+                        b.ptr, b.size, nb.ptr
+                    ));
                 }
                 if nb.stream != b.stream || nb.pool != b.pool || nb.expandable != b.expandable {
-                    return Err(format!("block {:#x}: neighbour from another segment", b.ptr));
+                    return Err(format!(
+                        "block {:#x}: neighbour from another segment",
+                        b.ptr
+                    ));
                 }
                 if is_free(id) && is_free(n) && b.mapped == nb.mapped {
-                    return Err(format!("blocks {:#x} and {:#x} are free neighbours", b.ptr, nb.ptr));
+                    return Err(format!(
+                        "blocks {:#x} and {:#x} are free neighbours",
+                        b.ptr, nb.ptr
+                    ));
                 }
             }
             if let Some(p) = b.prev
@@ -65,7 +74,10 @@ impl<D: Device> State<D> {
             }
             if !b.mapped {
                 if !b.is_expandable() || b.allocated {
-                    return Err(format!("block {:#x}: unmapped but not a free expandable block", b.ptr));
+                    return Err(format!(
+                        "block {:#x}: unmapped but not a free expandable block",
+                        b.ptr
+                    ));
                 }
                 unmapped_expected.insert((b.pool.is_small(), addr_key(b), id));
                 continue;
@@ -74,7 +86,10 @@ impl<D: Device> State<D> {
                 allocation[k] += 1;
                 allocated_bytes[k] += b.size as i64;
                 if self.allocated.get(&b.ptr) != Some(&id) {
-                    return Err(format!("allocated block {:#x} missing from the address map", b.ptr));
+                    return Err(format!(
+                        "allocated block {:#x} missing from the address map",
+                        b.ptr
+                    ));
                 }
             }
             if b.allocated || b.event_count > 0 {
@@ -139,7 +154,11 @@ impl<D: Device> State<D> {
             ("requested_bytes", &s.requested_bytes, requested),
             ("segment", &s.segment, segments),
             ("inactive_split", &s.inactive_split, inactive_split),
-            ("inactive_split_bytes", &s.inactive_split_bytes, inactive_split_bytes),
+            (
+                "inactive_split_bytes",
+                &s.inactive_split_bytes,
+                inactive_split_bytes,
+            ),
         ];
         for (name, arr, [small, large]) in checks {
             let got = [arr.0[0].current, arr.0[1].current, arr.0[2].current];

@@ -150,7 +150,8 @@ impl<D: Device> CachingAllocator<D> {
     /// keep working; expandable segments made before a switch stay expandable.
     pub fn set_config(&self, conf: AllocConf) {
         let mut s = self.lock();
-        let fraction_changed = conf.per_process_memory_fraction != s.conf.per_process_memory_fraction;
+        let fraction_changed =
+            conf.per_process_memory_fraction != s.conf.per_process_memory_fraction;
         let fraction = conf.per_process_memory_fraction;
         s.conf = conf;
         if fraction_changed {
@@ -203,6 +204,9 @@ impl<D: Device> CachingAllocator<D> {
 
     /// Consumes the allocator and returns its device.
     pub fn into_device(self) -> D {
-        self.state.into_inner().unwrap_or_else(|e| e.into_inner()).device
+        self.state
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .device
     }
 }

@@ -92,7 +92,7 @@ impl<D: Device> State<D> {
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
-        let mut it = pool.from_key(p.stream, p.size);
+        let mut it = pool.at_or_after(p.stream, p.size);
         let (_, &first) = it.next()?;
         let mut id = first;
         if blocks[id].stream != p.stream {

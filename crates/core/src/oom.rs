@@ -94,7 +94,9 @@ pub enum AllocError {
         max: u64,
     },
     /// `free` or `record_stream` of an address that is not a live allocation.
-    #[error("invalid device pointer: {ptr:#x} (not an allocation of this allocator, or already freed)")]
+    #[error(
+        "invalid device pointer: {ptr:#x} (not an allocation of this allocator, or already freed)"
+    )]
     InvalidPointer {
         /// The address passed in.
         ptr: u64,

@@ -68,7 +68,7 @@ impl BlockPool {
 
     /// The free blocks at or after (stream, size, 0) in set order (`lower_bound`).
     #[inline]
-    pub fn from_key(
+    pub fn at_or_after(
         &self,
         stream: StreamId,
         size: u64,
@@ -79,7 +79,7 @@ impl BlockPool {
 
     /// The free blocks strictly before (stream, size, 0), nearest first.
     #[inline]
-    pub fn before_key(
+    pub fn before(
         &self,
         stream: StreamId,
         size: u64,

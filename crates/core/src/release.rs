@@ -77,7 +77,7 @@ impl<D: Device> State<D> {
         }
         let key_size = p.size.max(max_split);
         let pool = self.pool(p.pool);
-        let single = pool.from_key(p.stream, key_size).next().map(|(_, &id)| id);
+        let single = pool.at_or_after(p.stream, key_size).next().map(|(_, &id)| id);
         if let Some(id) = single {
             let b = &self.blocks[id];
             if b.stream == p.stream && !b.is_expandable() {
@@ -88,7 +88,7 @@ impl<D: Device> State<D> {
         // No single block is big enough: free oversize blocks of this stream, largest first.
         let mut victims = Vec::new();
         let mut planned = 0u64;
-        for (_, &id) in pool.before_key(p.stream, key_size) {
+        for (_, &id) in pool.before(p.stream, key_size) {
             let b = &self.blocks[id];
             if planned >= key_size || b.size < max_split || b.stream != p.stream {
                 break;

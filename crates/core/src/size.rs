@@ -59,8 +59,7 @@ pub fn round_size(size: u64, conf: &AllocConf) -> u64 {
         return MIN_BLOCK_SIZE;
     }
     let divisions = conf.roundup_power2_divisions[division_slot(size)];
-    if divisions > 1 && size > MIN_BLOCK_SIZE * divisions && size <= conf.roundup_bypass_threshold
-    {
+    if divisions > 1 && size > MIN_BLOCK_SIZE * divisions && size <= conf.roundup_bypass_threshold {
         roundup_power2_next_division(size, divisions)
     } else {
         size.div_ceil(MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE

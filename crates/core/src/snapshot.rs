@@ -74,7 +74,11 @@ impl<D: Device> State<D> {
             heads.extend(pool.unmapped.values().copied());
         }
         heads.extend(self.allocated.values().copied());
-        heads.extend(self.events.values().flat_map(|q| q.iter().map(|&(_, id)| id)));
+        heads.extend(
+            self.events
+                .values()
+                .flat_map(|q| q.iter().map(|&(_, id)| id)),
+        );
         // Keep the blocks that start a reported segment.
         heads.retain(|&id| {
             let b = &self.blocks[id];

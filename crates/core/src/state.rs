@@ -42,13 +42,19 @@ pub(crate) struct State<D> {
 }
 
 impl<D: Device> State<D> {
-    pub fn new(conf: AllocConf, mut device: D, device_index: u32) -> Result<Self, crate::AllocError> {
+    pub fn new(
+        conf: AllocConf,
+        mut device: D,
+        device_index: u32,
+    ) -> Result<Self, crate::AllocError> {
         let info = device.mem_get_info()?;
-        let mut stats = DeviceStats::default();
-        stats.max_split_size = if conf.max_split_size == u64::MAX {
-            -1
-        } else {
-            conf.max_split_size as i64
+        let stats = DeviceStats {
+            max_split_size: if conf.max_split_size == u64::MAX {
+                -1
+            } else {
+                conf.max_split_size as i64
+            },
+            ..DeviceStats::default()
         };
         let mut state = State {
             conf,

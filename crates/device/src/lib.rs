@@ -119,7 +119,9 @@ pub trait Device: Send {
     }
     /// Creates `size` bytes of physical memory (`cuMemCreate`).
     fn mem_create(&mut self, _size: u64) -> DeviceResult<MemHandle> {
-        Err(DeviceError::NotSupported { call: "cuMemCreate" })
+        Err(DeviceError::NotSupported {
+            call: "cuMemCreate",
+        })
     }
     /// Releases a physical handle (`cuMemRelease`); memory returns once it is also unmapped.
     fn mem_release(&mut self, _handle: MemHandle, _size: u64) -> DeviceResult<()> {

@@ -2,7 +2,9 @@
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let trace = cachalot_replay::load_rmm(std::path::Path::new(&args[1])).unwrap();
-    let conf = cachalot_core::config::parse_pytorch(args.get(3).map(|s| s.as_str()).unwrap_or("")).unwrap().0;
+    let conf = cachalot_core::config::parse_pytorch(args.get(3).map(|s| s.as_str()).unwrap_or(""))
+        .unwrap()
+        .0;
     let opts = cachalot_replay::ReplayOptions {
         conf,
         sim: cachalot_sim::SimConfig::with_capacity(args[2].parse().unwrap()),

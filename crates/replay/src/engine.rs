@@ -7,7 +7,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use cachalot_core::{AllocConf, AllocError, CachingAllocator, DeviceStats, MemInfo, OomReport, StreamId};
+use cachalot_core::{
+    AllocConf, AllocError, CachingAllocator, DeviceStats, MemInfo, OomReport, StreamId,
+};
 use cachalot_sim::{LogEntry, SimConfig, SimCounters, SimDevice};
 
 use crate::load::{LoadedTrace, TraceOp};
@@ -203,7 +205,9 @@ pub fn replay(trace: &LoadedTrace, opts: &ReplayOptions) -> Result<ReplayReport,
             TraceOp::Free { slot, line } => {
                 let p = std::mem::take(&mut ptrs[slot as usize]);
                 if p != 0 {
-                    alloc.free(p).map_err(|source| ReplayError { line, source })?;
+                    alloc
+                        .free(p)
+                        .map_err(|source| ReplayError { line, source })?;
                 } else if failed[slot as usize] {
                     ooms.skipped_frees += 1;
                 }
@@ -230,7 +234,9 @@ pub fn replay(trace: &LoadedTrace, opts: &ReplayOptions) -> Result<ReplayReport,
     let after_empty_cache = if opts.empty_cache_at_end {
         tag.store(-1, Ordering::Relaxed);
         for p in ptrs.iter().copied().filter(|&p| p != 0) {
-            alloc.free(p).map_err(|source| ReplayError { line: 0, source })?;
+            alloc
+                .free(p)
+                .map_err(|source| ReplayError { line: 0, source })?;
         }
         alloc
             .empty_cache()

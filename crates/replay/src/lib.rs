@@ -12,4 +12,4 @@ pub mod load;
 pub mod report;
 
 pub use engine::{OomEvent, OomSummary, ReplayError, ReplayOptions, ReplayReport, Sample, replay};
-pub use load::{LoadedTrace, TraceBuilder, TraceOp, TraceStats, load_rmm};
+pub use load::{LoadedTrace, TraceBuilder, TraceOp, TraceStats, load_bytes, load_path, load_rmm};

@@ -146,6 +146,28 @@ impl TraceBuilder {
     }
 }
 
+/// Reads a trace file into memory, whatever its format (today: RMM CSV, plain or gzip).
+pub fn load_path(path: &Path) -> Result<LoadedTrace, TraceError> {
+    load_rmm(path)
+}
+
+/// Reads a trace held in memory (plain or gzip).
+pub fn load_bytes(bytes: &[u8]) -> Result<LoadedTrace, TraceError> {
+    let input: Box<dyn std::io::BufRead> = if bytes.starts_with(&[0x1f, 0x8b]) {
+        Box::new(std::io::BufReader::new(flate2::read::MultiGzDecoder::new(
+            bytes,
+        )))
+    } else {
+        Box::new(bytes)
+    };
+    let mut b = TraceBuilder::new();
+    for event in cachalot_trace::RmmReader::new(input) {
+        let event = event?;
+        b.push(event.line, event.record);
+    }
+    Ok(b.finish())
+}
+
 /// Reads an RMM CSV trace (plain or gzip) into memory.
 pub fn load_rmm(path: &Path) -> Result<LoadedTrace, TraceError> {
     let mut b = TraceBuilder::new();

@@ -30,7 +30,10 @@ pub fn device_stats_json(s: &DeviceStats) -> Value {
     }
     m.insert("num_alloc_retries".into(), s.num_alloc_retries.into());
     m.insert("num_ooms".into(), s.num_ooms.into());
-    m.insert("oversize_allocations".into(), stat_json(&s.oversize_allocations));
+    m.insert(
+        "oversize_allocations".into(),
+        stat_json(&s.oversize_allocations),
+    );
     m.insert("oversize_segments".into(), stat_json(&s.oversize_segments));
     m.insert("num_sync_all_streams".into(), s.num_sync_all_streams.into());
     m.insert("num_device_alloc".into(), s.num_device_alloc.into());
@@ -44,11 +47,7 @@ pub fn device_stats_json(s: &DeviceStats) -> Value {
 /// The seven headline numbers, `.peak` or `.current` of the aggregate stats.
 pub fn headline_json(s: &DeviceStats, peak: bool) -> Value {
     let pick = |a: &StatArray| {
-        if peak {
-            a.all().peak
-        } else {
-            a.all().current
-        }
+        if peak { a.all().peak } else { a.all().current }
     };
     json!({
         "allocated_bytes": pick(&s.allocated_bytes),
@@ -122,7 +121,10 @@ pub fn report_json(
     let d = &r.device;
     let mut m = Map::new();
     m.insert("trace".into(), meta.trace.clone().into());
-    m.insert("PYTORCH_CUDA_ALLOC_CONF".into(), json!(meta.pytorch_cuda_alloc_conf));
+    m.insert(
+        "PYTORCH_CUDA_ALLOC_CONF".into(),
+        json!(meta.pytorch_cuda_alloc_conf),
+    );
     m.insert("PYTORCH_ALLOC_CONF".into(), json!(meta.pytorch_alloc_conf));
     m.insert("config_effective".into(), config_json(conf));
     m.insert("capacity".into(), capacity.into());
@@ -250,7 +252,10 @@ pub fn summary_text(r: &ReplayReport, trace: &TraceStats, capacity: u64) -> Stri
     );
     let _ = writeln!(out, "peak allocated      {}", format_size(peak_alloc));
     let _ = writeln!(out, "peak reserved       {}", format_size(peak_res));
-    let _ = writeln!(out, "utilization at peak {util:.1}% (peak allocated / peak reserved)");
+    let _ = writeln!(
+        out,
+        "utilization at peak {util:.1}% (peak allocated / peak reserved)"
+    );
     let _ = writeln!(
         out,
         "device calls        {} allocations, {} frees",

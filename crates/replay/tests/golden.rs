@@ -9,8 +9,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use cachalot_core::config::parse_pytorch;
-use cachalot_replay::report::{report_json, write_segments, ReportMeta};
-use cachalot_replay::{load_rmm, replay, ReplayOptions};
+use cachalot_replay::report::{ReportMeta, report_json, write_segments};
+use cachalot_replay::{ReplayOptions, load_rmm, replay};
 use cachalot_sim::SimConfig;
 use serde_json::Value;
 
@@ -93,7 +93,13 @@ fn run_golden(include_expandable: bool) {
                 ..ReplayOptions::default()
             };
             let report = replay(trace, &opts).unwrap();
-            let ours = report_json(&report, &conf, &trace.stats, capacity, &ReportMeta::default());
+            let ours = report_json(
+                &report,
+                &conf,
+                &trace.stats,
+                capacity,
+                &ReportMeta::default(),
+            );
             let golden: Value = serde_json::from_str(
                 &std::fs::read_to_string(root.join(format!("golden/{id}.json"))).unwrap(),
             )
@@ -127,7 +133,10 @@ fn run_golden(include_expandable: bool) {
             }
         }
     }
-    assert!(checked > 0, "no golden scenario matched the filter {filter:?}");
+    assert!(
+        checked > 0,
+        "no golden scenario matched the filter {filter:?}"
+    );
     assert!(
         failures.is_empty(),
         "{} of {checked} golden scenarios differ from the oracle:\n{}",

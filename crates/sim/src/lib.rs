@@ -334,7 +334,10 @@ impl Device for SimDevice {
         }
         let Some((size, charge)) = self.live.remove(&ptr) else {
             self.push(Op::CudaFree, 0, ptr, 0, 1);
-            return Err(invalid("cudaFree", format!("{ptr:#x} is not a live allocation")));
+            return Err(invalid(
+                "cudaFree",
+                format!("{ptr:#x} is not a live allocation"),
+            ));
         };
         self.malloc_ranges.give_back(ptr, charge);
         self.phys_used -= charge;
@@ -379,7 +382,10 @@ impl Device for SimDevice {
         }
         if size == 0 || !size.is_multiple_of(2 * MIB) {
             self.push(Op::AddressReserve, size, 0, 0, 1);
-            return Err(invalid("cuMemAddressReserve", format!("size {size} is not a multiple of 2 MiB")));
+            return Err(invalid(
+                "cuMemAddressReserve",
+                format!("size {size} is not a multiple of 2 MiB"),
+            ));
         }
         let Some(ptr) = self.vmm_ranges.take(size, 2 * MIB) else {
             self.push(Op::AddressReserve, size, 0, 0, 2);
@@ -394,7 +400,10 @@ impl Device for SimDevice {
     fn address_free(&mut self, ptr: u64, size: u64) -> DeviceResult<()> {
         if self.reservations.get(&ptr) != Some(&size) {
             self.push(Op::AddressFree, size, ptr, 0, 1);
-            return Err(invalid("cuMemAddressFree", format!("no reservation of {size} bytes at {ptr:#x}")));
+            return Err(invalid(
+                "cuMemAddressFree",
+                format!("no reservation of {size} bytes at {ptr:#x}"),
+            ));
         }
         self.reservations.remove(&ptr);
         self.vmm_ranges.give_back(ptr, size);
@@ -406,7 +415,10 @@ impl Device for SimDevice {
     fn mem_create(&mut self, size: u64) -> DeviceResult<MemHandle> {
         if size == 0 || !size.is_multiple_of(2 * MIB) {
             self.push(Op::MemCreate, size, 0, 0, 1);
-            return Err(invalid("cuMemCreate", format!("size {size} is not a multiple of 2 MiB")));
+            return Err(invalid(
+                "cuMemCreate",
+                format!("size {size} is not a multiple of 2 MiB"),
+            ));
         }
         if !self.charge(size) {
             self.counters.mem_create_failed += 1;
@@ -433,7 +445,10 @@ impl Device for SimDevice {
             Some(h) if !h.released => h.released = true,
             _ => {
                 self.push(Op::MemRelease, size, 0, handle.0, 1);
-                return Err(invalid("cuMemRelease", format!("unknown handle {}", handle.0)));
+                return Err(invalid(
+                    "cuMemRelease",
+                    format!("unknown handle {}", handle.0),
+                ));
             }
         }
         self.maybe_uncharge(handle.0);
@@ -447,7 +462,10 @@ impl Device for SimDevice {
             && !self.mappings.contains_key(&ptr);
         if !ok {
             self.push(Op::MemMap, size, ptr, handle.0, 1);
-            return Err(invalid("cuMemMap", format!("cannot map handle {} at {ptr:#x}", handle.0)));
+            return Err(invalid(
+                "cuMemMap",
+                format!("cannot map handle {} at {ptr:#x}", handle.0),
+            ));
         }
         self.handles.get_mut(&handle.0).expect("checked").mapped = true;
         self.mappings.insert(ptr, handle.0);

@@ -35,7 +35,10 @@ fn capacity_is_checked_before_placement() {
     assert!(d.malloc(2 * MIB).is_ok());
     assert_eq!(d.malloc(4 * MIB), Err(DeviceError::OutOfMemory));
     let last = *d.log().last().unwrap();
-    assert_eq!((last.op, last.ptr, last.result, last.phys_used), (Op::CudaMalloc, 0, 2, 2 * MIB));
+    assert_eq!(
+        (last.op, last.ptr, last.result, last.phys_used),
+        (Op::CudaMalloc, 0, 2, 2 * MIB)
+    );
     assert_eq!(d.counters().cuda_malloc_failed, 1);
 }
 
@@ -62,5 +65,9 @@ fn vmm_reservation_addresses_and_handles() {
     assert_eq!(d.phys_used(), 40 * MIB);
     d.mem_unmap(r1, 20 * MIB, h1).unwrap();
     assert_eq!(d.phys_used(), 20 * MIB);
-    assert_eq!(d.mem_create(2 * MIB).unwrap().0, 3, "handle ids are never reused");
+    assert_eq!(
+        d.mem_create(2 * MIB).unwrap().0,
+        3,
+        "handle ids are never reused"
+    );
 }

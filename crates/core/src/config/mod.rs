@@ -7,8 +7,10 @@
 mod keys;
 mod parse;
 
-pub use keys::{KeyDoc, KEYS};
-pub use parse::{ConfigError, Warning, parse_pytorch, parse_cachalot, from_env, EnvSource};
+pub use keys::{KEYS, KeyDoc};
+pub use parse::{
+    ConfigError, EnvSource, Warning, apply_cachalot, from_env, parse_cachalot, parse_pytorch,
+};
 
 /// One mebibyte.
 pub const MIB: u64 = 1 << 20;

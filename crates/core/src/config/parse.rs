@@ -40,31 +40,11 @@
 
 use std::fmt;
 
+use super::keys::{
+    CACHALOT_KEYS, CUDA_KEYS, GENERIC_KEYS, LEGACY_KEY, MAX_MB, NumError, c_isspace,
+    divisions_value, reserve_spec, stod, stoull,
+};
 use super::{AllocConf, Backend, MIB, ReserveSpec};
-
-/// torch's `kLargeBuffer`, the default `large_segment_size_mb`.
-const LARGE_BUFFER: u64 = 20 * MIB;
-/// The largest MiB count torch keeps (`SIZE_MAX / 1 MiB`); bigger values are clamped to it.
-pub(crate) const MAX_MB: u64 = u64::MAX / MIB;
-
-/// Keys the generic pass owns.
-pub(crate) const GENERIC_KEYS: [&str; 9] = [
-    "large_segment_size_mb", "max_split_size_mb", "max_non_split_rounding_mb",
-    "garbage_collection_threshold", "roundup_power2_divisions", "expandable_segments",
-    "pinned_use_background_threads", "pinned_max_round_threshold_mb", "pinned_max_cached_size_mb",
-];
-/// Keys the CUDA pass owns (including the ROCm spellings a CUDA build also accepts).
-pub(crate) const CUDA_KEYS: [&str; 13] = [
-    "backend", "release_lock_on_cudamalloc", "release_lock_on_hipmalloc",
-    "pinned_use_cuda_host_register", "pinned_use_hip_host_register",
-    "graph_capture_record_stream_reuse", "pinned_reserve_segment_size_mb",
-    "pinned_num_register_threads", "per_process_memory_fraction", "pinned_free_catch_all",
-    "throw_on_cudamalloc_oom", "expandable_segments_reserve", "expandable_segments_reserve_by_class",
-];
-/// PyTorch 1.13's key that cachalot accepts (with a warning) although torch ≥ 2.0 rejects it.
-pub(crate) const LEGACY_KEY: &str = "roundup_bypass_threshold_mb";
-/// Keys only `CACHALOT_ALLOC_CONF` accepts.
-pub(crate) const CACHALOT_KEYS: [&str; 2] = ["expandable_oversize_exempt", "research_after_flush"];
 
 const CUDA_VAR: &str = "PYTORCH_CUDA_ALLOC_CONF";
 const HIP_VAR: &str = "PYTORCH_HIP_ALLOC_CONF";
@@ -73,12 +53,18 @@ const CACHALOT_VAR: &str = "CACHALOT_ALLOC_CONF";
 const HEADER: &str = "/__w/pytorch/pytorch/c10/core/AllocatorConfig.h";
 const ASYNC_WARNING: &str = "backend:cudaMallocAsync ignores max_split_size_mb,\
 roundup_power2_divisions, and garbage_collect_threshold.";
+const JUNK: &str = "torch reads the leading number and ignores the rest";
 
 /// What torch 2.15 throws.
 #[derive(Clone, Debug, PartialEq)]
 enum Fault {
     /// `TORCH_INTERNAL_ASSERT` → `c10::Error`.
-    Assert { cond: &'static str, file: &'static str, line: u32, msg: String },
+    Assert {
+        cond: &'static str,
+        file: &'static str,
+        line: u32,
+        msg: String,
+    },
     /// `TORCH_CHECK_VALUE` → `c10::ValueError`.
     Value(String),
     /// `std::invalid_argument` from `std::stoull` / `std::stod` (what() = the function name).
@@ -87,14 +73,33 @@ enum Fault {
     OutOfRange(&'static str),
 }
 
-fn out_of_bounds(line: u32) -> Fault {
-    let msg = "Index out of bounds in ConfigTokenizer".to_string();
-    Fault::Assert { cond: "i < config_.size()", file: HEADER, line, msg }
-}
+impl Fault {
+    fn out_of_bounds(line: u32) -> Fault {
+        let msg = "Index out of bounds in ConfigTokenizer".into();
+        Fault::Assert {
+            cond: "i < config_.size()",
+            file: HEADER,
+            line,
+            msg,
+        }
+    }
 
-fn unclosed(cond: &'static str, file: &'static str, line: u32) -> Fault {
-    let msg = "Expected closing bracket ']' in ConfigTokenizer but reached end of config".into();
-    Fault::Assert { cond, file, line, msg }
+    fn unclosed(cond: &'static str, file: &'static str, line: u32) -> Fault {
+        let msg = "Expected closing bracket ']' in ConfigTokenizer but reached end of config";
+        Fault::Assert {
+            cond,
+            file,
+            line,
+            msg: msg.into(),
+        }
+    }
+
+    fn number(e: NumError, function: &'static str) -> Fault {
+        match e {
+            NumError::Invalid => Fault::InvalidArgument(function),
+            NumError::OutOfRange => Fault::OutOfRange(function),
+        }
+    }
 }
 
 /// A configuration string torch 2.15 would reject (or, for cachalot's own checks, an
@@ -108,7 +113,7 @@ pub struct ConfigError {
     pub entry: String,
     /// What is wrong, and what would be valid.
     pub reason: String,
-    fault: Fault,
+    fault: Box<Fault>,
     at_load: bool,
 }
 
@@ -116,9 +121,15 @@ impl ConfigError {
     /// The exact text torch 2.15 raises for this string (what the oracle prints on stderr),
     /// e.g. `Unrecognized key 'no_such_key' in CUDA allocator config.`.
     pub fn torch_message(&self) -> String {
-        match &self.fault {
-            Fault::Assert { cond, file, line, msg } => format!(
-                "{cond} INTERNAL ASSERT FAILED at \"{file}\":{line}, please report a bug to PyTorch. {msg}"
+        match self.fault.as_ref() {
+            Fault::Assert {
+                cond,
+                file,
+                line,
+                msg,
+            } => format!(
+                "{cond} INTERNAL ASSERT FAILED at \"{file}\":{line}, please report a bug to \
+                 PyTorch. {msg}"
             ),
             Fault::Value(m) => m.clone(),
             Fault::InvalidArgument(f) | Fault::OutOfRange(f) => (*f).to_string(),
@@ -128,7 +139,7 @@ impl ConfigError {
     /// The C++ exception type torch 2.15 throws (`c10::ValueError`, `c10::Error`,
     /// `std::invalid_argument` or `std::out_of_range`).
     pub fn torch_exception(&self) -> &'static str {
-        match self.fault {
+        match *self.fault {
             Fault::Assert { .. } => "c10::Error",
             Fault::Value(_) => "c10::ValueError",
             Fault::InvalidArgument(_) => "std::invalid_argument",
@@ -157,12 +168,22 @@ pub struct Warning {
     pub torch_text: Option<String>,
 }
 
+impl Warning {
+    fn new(var: &'static str, entry: impl Into<String>, message: impl Into<String>) -> Self {
+        Warning {
+            var,
+            entry: entry.into(),
+            message: message.into(),
+            torch_text: None,
+        }
+    }
+}
+
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.entry.is_empty() {
-            write!(f, "{}: {}", self.var, self.message)
-        } else {
-            write!(f, "{} entry '{}': {}", self.var, self.entry, self.message)
+        match self.entry.as_str() {
+            "" => write!(f, "{}: {}", self.var, self.message),
+            e => write!(f, "{} entry '{e}': {}", self.var, self.message),
         }
     }
 }
@@ -189,21 +210,16 @@ impl fmt::Display for EnvSource {
         match (self.generic, self.cuda) {
             (Some(g), Some(c)) if g == c => parts.push(g.to_string()),
             (g, c) => {
-                if let Some(g) = g {
-                    parts.push(format!("{g} (generic keys)"));
-                }
-                if let Some(c) = c {
-                    parts.push(format!("{c} (CUDA keys and backend)"));
-                }
+                parts.extend(g.map(|g| format!("{g} (generic keys)")));
+                parts.extend(c.map(|c| format!("{c} (CUDA keys and backend)")));
             }
         }
         if self.cachalot {
-            parts.push(CACHALOT_VAR.to_string());
+            parts.push(CACHALOT_VAR.into());
         }
-        if parts.is_empty() {
-            f.write_str("defaults (no allocator variable set)")?;
-        } else {
-            f.write_str(&parts.join(" + "))?;
+        match parts.is_empty() {
+            true => f.write_str("defaults (no allocator variable set)")?,
+            false => f.write_str(&parts.join(" + "))?,
         }
         if !self.ignored.is_empty() {
             write!(f, "; ignored: {}", self.ignored.join(", "))?;
@@ -228,30 +244,30 @@ struct Tokens<'s> {
     toks: Vec<Tok>,
 }
 
-fn c_isspace(c: char) -> bool {
-    matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r')
-}
-
 impl<'s> Tokens<'s> {
     fn new(src: &'s str) -> Self {
-        let mut toks: Vec<Tok> = Vec::new();
-        let mut word: Option<Tok> = None;
-        let mut gap = false;
+        let (mut toks, mut word, mut gap) = (Vec::new(), None::<Tok>, false);
         for (pos, ch) in src.char_indices() {
             if matches!(ch, ',' | ':' | '[' | ']') {
                 toks.extend(word.take());
-                let end = pos + 1;
-                toks.push(Tok { text: ch.to_string(), start: pos, end, squeezed: false });
+                let text = ch.to_string();
+                toks.push(Tok {
+                    text,
+                    start: pos,
+                    end: pos + 1,
+                    squeezed: false,
+                });
             } else if c_isspace(ch) {
                 gap = word.is_some();
                 continue;
             } else {
-                let w = word.get_or_insert_with(|| Tok {
+                let new = || Tok {
                     text: String::new(),
                     start: pos,
                     end: pos,
                     squeezed: false,
-                });
+                };
+                let w = word.get_or_insert_with(new);
                 w.squeezed |= gap;
                 w.text.push(ch);
                 w.end = pos + ch.len_utf8();
@@ -291,17 +307,6 @@ enum Mode {
     Cachalot,
 }
 
-/// One pass over the tokens: torch's index arithmetic, with cachalot's bookkeeping.
-struct Walk<'t, 's> {
-    t: &'t Tokens<'s>,
-    var: &'static str,
-    mode: Mode,
-    key: usize,
-    warns: Vec<Warning>,
-    /// (key, entry) of every key a pass parsed, in order.
-    seen: Vec<(String, String)>,
-}
-
 fn is_known(key: &str, mode: Mode) -> bool {
     GENERIC_KEYS.contains(&key)
         || CUDA_KEYS.contains(&key)
@@ -313,9 +318,29 @@ fn is_sep(s: &str) -> bool {
     matches!(s, "," | ":" | "[" | "]")
 }
 
+/// (key, entry, variable) of every key the passes parsed, in order.
+type Seen = Vec<(String, String, &'static str)>;
+
+/// One pass over the tokens: torch's index arithmetic, with cachalot's bookkeeping.
+struct Walk<'t, 's> {
+    t: &'t Tokens<'s>,
+    var: &'static str,
+    mode: Mode,
+    key: usize,
+    warns: Vec<Warning>,
+    seen: Seen,
+}
+
 impl<'t, 's> Walk<'t, 's> {
     fn new(t: &'t Tokens<'s>, var: &'static str, mode: Mode) -> Self {
-        Walk { t, var, mode, key: 0, warns: Vec::new(), seen: Vec::new() }
+        Walk {
+            t,
+            var,
+            mode,
+            key: 0,
+            warns: Vec::new(),
+            seen: Vec::new(),
+        }
     }
 
     fn key_text(&self) -> &'t str {
@@ -326,38 +351,63 @@ impl<'t, 's> Walk<'t, 's> {
     /// when `end` is past the last token).
     fn entry(&self, end: usize) -> String {
         let toks = &self.t.toks;
-        let Some(first) = toks.get(self.key) else { return self.t.src.trim().to_string() };
-        let stop = toks.get(end).map_or(self.t.src.len(), |t| t.end).max(first.end);
-        self.t.src[first.start..stop].trim_end().to_string()
-    }
-
-    fn fail(&self, at: usize, fault: Fault, reason: String) -> Failure {
-        Failure { fault, key: self.key, at, reason }
-    }
-
-    fn missing(&self, at: usize, fault: Fault) -> Failure {
-        let key = self.key_text();
-        let reason = if is_sep(key) {
-            format!("stray '{key}': entries are key:value pairs separated by ','")
-        } else {
-            format!("'{key}' is missing its value: write {key}:<value>")
+        let Some(first) = toks.get(self.key) else {
+            return self.t.src.trim().into();
         };
-        self.fail(at, fault, reason)
+        let stop = toks
+            .get(end)
+            .map_or(self.t.src.len(), |t| t.end)
+            .max(first.end);
+        self.t.src[first.start..stop].trim_end().into()
     }
 
-    fn warn(&mut self, end: usize, message: String, torch_text: Option<String>) {
+    fn fail(&self, at: usize, fault: Fault, reason: impl Into<String>) -> Failure {
+        Failure {
+            fault,
+            key: self.key,
+            at,
+            reason: reason.into(),
+        }
+    }
+
+    /// A `c10::ValueError` with torch's text and cachalot's explanation.
+    fn reject(&self, at: usize, torch: impl Into<String>, reason: impl Into<String>) -> Failure {
+        self.fail(at, Fault::Value(torch.into()), reason)
+    }
+
+    fn missing(&self, at: usize, line: u32) -> Failure {
+        let key = self.key_text();
+        let reason = match is_sep(key) {
+            true => format!("stray '{key}': entries are key:value pairs separated by ','"),
+            false => format!("'{key}' is missing its value: write {key}:<value>"),
+        };
+        self.fail(at, Fault::out_of_bounds(line), reason)
+    }
+
+    fn warn(&mut self, end: usize, message: impl Into<String>, torch_text: Option<String>) {
         let entry = self.entry(end);
-        self.warns.push(Warning { var: self.var, entry, message, torch_text });
+        self.warns.push(Warning {
+            torch_text,
+            ..Warning::new(self.var, entry, message)
+        });
     }
 
     /// `tokenizer[i]`: out of range → assertion at AllocatorConfig.h:54.
     fn get(&self, i: usize) -> R<&'t str> {
-        if i < self.t.len() { Ok(self.t.text(i)) } else { Err(self.missing(i, out_of_bounds(54))) }
+        if i < self.t.len() {
+            Ok(self.t.text(i))
+        } else {
+            Err(self.missing(i, 54))
+        }
     }
 
     /// `checkIndex(i)`: out of range → assertion at AllocatorConfig.h:123.
     fn index(&self, i: usize) -> R<&'t str> {
-        if i < self.t.len() { Ok(self.t.text(i)) } else { Err(self.missing(i, out_of_bounds(123))) }
+        if i < self.t.len() {
+            Ok(self.t.text(i))
+        } else {
+            Err(self.missing(i, 123))
+        }
     }
 
     /// `checkToken(i, tok)`, whose result torch ignores for separators: a mismatch is read on
@@ -366,11 +416,17 @@ impl<'t, 's> Walk<'t, 's> {
         let found = self.index(i)?;
         if found != tok {
             let key = self.key_text();
-            let msg = if tok == ":" {
-                format!("expected ':' after '{key}' but found '{found}'; torch 2.15 does not check separators and takes the next token as the value")
-            } else {
-                format!("expected ',' after the value of '{key}' but found '{found}'; torch 2.15 does not check separators and skips it")
+            let (what, then) = match tok {
+                ":" => (
+                    format!("':' after '{key}'"),
+                    "takes the next token as the value",
+                ),
+                _ => (format!("',' after the value of '{key}'"), "skips it"),
             };
+            let msg = format!(
+                "expected {what} but found '{found}'; torch 2.15 does not check separators and \
+                 {then}"
+            );
             self.warn(i, msg, None);
         }
         Ok(())
@@ -378,44 +434,52 @@ impl<'t, 's> Walk<'t, 's> {
 
     /// `toSizeT(i)` = `std::stoull`.
     fn size_t(&mut self, i: usize) -> R<u64> {
-        let tok = self.index(i)?;
-        let key = self.key_text();
+        let (tok, key) = (self.index(i)?, self.key_text());
         match stoull(tok) {
             Ok((v, used, neg)) => {
                 if neg && v != 0 {
-                    let msg = format!("'{tok}' was read as {v}: std::stoull wraps negative numbers");
-                    self.warn(i, msg, None);
+                    self.warn(
+                        i,
+                        format!("'{tok}' was read as {v}: std::stoull wraps negative numbers"),
+                        None,
+                    );
                 } else if used < tok.len() {
-                    let msg = format!("'{tok}' was read as {v}: torch reads the leading number and ignores the rest");
-                    self.warn(i, msg, None);
+                    self.warn(i, format!("'{tok}' was read as {v}: {JUNK}"), None);
                 }
                 Ok(v)
             }
-            Err(f @ Fault::OutOfRange(_)) => {
-                Err(self.fail(i, f, format!("'{tok}' is too large for {key} (at most {})", u64::MAX)))
+            Err(e) => {
+                let why = match e {
+                    NumError::OutOfRange => {
+                        format!("'{tok}' is too large for {key} (at most {})", u64::MAX)
+                    }
+                    NumError::Invalid => format!("{key} needs a whole number, got '{tok}'"),
+                };
+                Err(self.fail(i, Fault::number(e, "stoull"), why))
             }
-            Err(f) => Err(self.fail(i, f, format!("{key} needs a whole number, got '{tok}'"))),
         }
     }
 
     /// `toDouble(i)` = `std::stod`.
     fn double(&mut self, i: usize) -> R<f64> {
-        let tok = self.index(i)?;
-        let key = self.key_text();
+        let (tok, key) = (self.index(i)?, self.key_text());
         match stod(tok) {
             Ok((v, used)) => {
                 if used < tok.len() {
-                    let msg = format!("'{tok}' was read as {v}: torch reads the leading number and ignores the rest");
-                    self.warn(i, msg, None);
+                    self.warn(i, format!("'{tok}' was read as {v}: {JUNK}"), None);
                 }
                 Ok(v)
             }
-            Err(f @ Fault::OutOfRange(_)) => Err(self.fail(
-                i,
-                f,
-                format!("'{tok}' is out of range for {key} (torch rejects overflowing and subnormal numbers)"),
-            )),
-            Err(f) => Err(self.fail(i, f, format!("{key} needs a number, got '{tok}'"))),
+            Err(e) => {
+                let why = match e {
+                    NumError::OutOfRange => format!(
+                        "'{tok}' is out of range for {key} (torch rejects overflowing and \
+                         subnormal numbers)"
+                    ),
+                    NumError::Invalid => format!("{key} needs a number, got '{tok}'"),
+                };
+                Err(self.fail(i, Fault::number(e, "stod"), why))
+            }
         }
     }
 
@@ -424,33 +488,37 @@ impl<'t, 's> Walk<'t, 's> {
         match self.index(i)? {
             "True" => Ok(true),
             "False" => Ok(false),
-            tok => {
-                let fault = Fault::Value(format!(
+            tok => Err(self.reject(
+                i,
+                format!(
                     "Expected 'True' or 'False' at index {i} in ConfigTokenizer but got '{tok}'"
-                ));
-                let key = self.key_text();
-                Err(self.fail(i, fault, format!("{key} must be True or False (capitalised), got '{tok}'")))
-            }
+                ),
+                format!(
+                    "{} must be True or False (capitalised), got '{tok}'",
+                    self.key_text()
+                ),
+            )),
         }
     }
 
     /// `skipKey(i)`: past `:` and one value token, or to the `]` closing a list.
     fn skip_key(&self, i: usize) -> R<usize> {
         self.index(i + 1)?;
-        let mut j = i + 2;
-        if self.index(j)? != "[" {
-            return Ok(j);
+        if self.index(i + 2)? != "[" {
+            return Ok(i + 2);
         }
-        j += 1;
-        while j < self.t.len() && self.t.text(j) != "]" {
-            j += 1;
+        let n = self.t.len();
+        match (i + 3..n).find(|j| self.t.text(*j) == "]") {
+            Some(j) => Ok(j),
+            None => {
+                let fault = Fault::unclosed("i < config_.size()", HEADER, 114);
+                Err(self.fail(
+                    n,
+                    fault,
+                    format!("the list of '{}' has no closing ']'", self.key_text()),
+                ))
+            }
         }
-        if j >= self.t.len() {
-            let fault = unclosed("i < config_.size()", HEADER, 114);
-            let reason = format!("the list of '{}' has no closing ']'", self.key_text());
-            return Err(self.fail(j, fault, reason));
-        }
-        Ok(j)
     }
 
     /// `key : value` for a boolean; returns the value's index.
@@ -460,13 +528,25 @@ impl<'t, 's> Walk<'t, 's> {
         Ok(i + 2)
     }
 
+    /// `key : value` for a whole number; returns the number.
+    fn size_entry(&mut self, i: usize) -> R<u64> {
+        self.sep(i + 1, ":")?;
+        self.size_t(i + 2)
+    }
+
     /// `key : value` for a size in MiB, clamped to [`MAX_MB`] as torch does; returns the MiB.
     fn mib_entry(&mut self, i: usize) -> R<u64> {
-        self.sep(i + 1, ":")?;
-        let v = self.size_t(i + 2)?;
+        let v = self.size_entry(i)?;
+        self.clamp_mib(i + 2, v)
+    }
+
+    fn clamp_mib(&mut self, at: usize, v: u64) -> R<u64> {
         if v > MAX_MB {
-            let msg = format!("{v} MiB is more than torch keeps; clamped to {MAX_MB} MiB");
-            self.warn(i + 2, msg, None);
+            self.warn(
+                at,
+                format!("{v} MiB is more than torch keeps; clamped to {MAX_MB} MiB"),
+                None,
+            );
         }
         Ok(v.min(MAX_MB))
     }
@@ -474,17 +554,15 @@ impl<'t, 's> Walk<'t, 's> {
     /// After a key's value: records the entry and consumes the separator torch expects.
     fn next(&mut self, i: usize, owner: bool) -> R<usize> {
         if owner {
-            let key = self.key_text().to_string();
-            let entry = self.entry(i);
-            if self.seen.iter().any(|(k, _)| *k == key) {
-                let msg = if key == "roundup_power2_divisions" {
-                    format!("'{key}' is given more than once; torch applies each on top of the previous ones")
-                } else {
-                    format!("'{key}' is given more than once; the last one wins")
+            let (key, entry) = (self.key_text().to_string(), self.entry(i));
+            if self.seen.iter().any(|(k, _, _)| *k == key) {
+                let how = match key.as_str() {
+                    "roundup_power2_divisions" => "torch applies each on top of the previous ones",
+                    _ => "the last one wins",
                 };
-                self.warn(i, msg, None);
+                self.warn(i, format!("'{key}' is given more than once; {how}"), None);
             }
-            self.seen.push((key, entry));
+            self.seen.push((key, entry, self.var));
         }
         if i + 1 < self.t.len() {
             self.sep(i + 1, ",")?;
@@ -494,239 +572,6 @@ impl<'t, 's> Walk<'t, 's> {
     }
 }
 
-/// `std::stoull(s)`: (value, bytes used, negative). Leading whitespace and a sign are
-/// accepted; a negative number wraps modulo 2^64 as `strtoull` does.
-fn stoull(s: &str) -> Result<(u64, usize, bool), Fault> {
-    let b = s.as_bytes();
-    let mut p = b.iter().take_while(|c| c_isspace(char::from(**c))).count();
-    let neg = b.get(p) == Some(&b'-');
-    if neg || b.get(p) == Some(&b'+') {
-        p += 1;
-    }
-    let start = p;
-    let mut v: Option<u64> = Some(0);
-    while let Some(d) = b.get(p).filter(|c| c.is_ascii_digit()) {
-        v = v.and_then(|v| v.checked_mul(10)).and_then(|v| v.checked_add(u64::from(d - b'0')));
-        p += 1;
-    }
-    if p == start {
-        return Err(Fault::InvalidArgument("stoull"));
-    }
-    let v = v.ok_or(Fault::OutOfRange("stoull"))?;
-    Ok((if neg { v.wrapping_neg() } else { v }, p, neg))
-}
-
-fn digits(b: &[u8], mut p: usize, hex: bool) -> usize {
-    while b.get(p).is_some_and(|c| if hex { c.is_ascii_hexdigit() } else { c.is_ascii_digit() }) {
-        p += 1;
-    }
-    p
-}
-
-/// Length of a decimal mantissa (`12`, `1.5`, `.5`, `5.`) starting at `p`, plus its exponent
-/// if one follows; `None` without a digit.
-fn decimal_len(b: &[u8], p: usize) -> Option<usize> {
-    let int_end = digits(b, p, false);
-    let mut end = int_end;
-    if b.get(end) == Some(&b'.') {
-        end = digits(b, end + 1, false);
-    }
-    if end - p - usize::from(end > int_end) == 0 {
-        return None;
-    }
-    if matches!(b.get(end), Some(b'e' | b'E')) {
-        let mut q = end + 1;
-        if matches!(b.get(q), Some(b'+' | b'-')) {
-            q += 1;
-        }
-        let exp_end = digits(b, q, false);
-        if exp_end > q {
-            end = exp_end;
-        }
-    }
-    Some(end)
-}
-
-/// `std::stod(s)`: glibc `strtod` on the longest valid prefix; (value, bytes used).
-fn stod(s: &str) -> Result<(f64, usize), Fault> {
-    let b = s.as_bytes();
-    let mut p = b.iter().take_while(|c| c_isspace(char::from(**c))).count();
-    let neg = b.get(p) == Some(&b'-');
-    if neg || b.get(p) == Some(&b'+') {
-        p += 1;
-    }
-    let sign = if neg { -1.0 } else { 1.0 };
-    let rest = s[p..].to_ascii_lowercase();
-    if rest.starts_with("inf") {
-        let n = if rest.starts_with("infinity") { 8 } else { 3 };
-        return Ok((sign * f64::INFINITY, p + n));
-    }
-    if rest.starts_with("nan") {
-        let mut n = 3;
-        if let Some(close) = rest[3..].strip_prefix('(').and_then(|r| r.find(')')) {
-            if rest[4..4 + close].bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') {
-                n = 5 + close;
-            }
-        }
-        return Ok((f64::NAN, p + n));
-    }
-    if rest.starts_with("0x") {
-        let q = p + 2;
-        let int_end = digits(b, q, true);
-        let frac_end = if b.get(int_end) == Some(&b'.') { digits(b, int_end + 1, true) } else { int_end };
-        if frac_end - q - usize::from(frac_end > int_end) > 0 {
-            let (v, end, inexact) = hex_float(b, q, int_end, frac_end);
-            let v = sign * v;
-            if v.is_infinite() || (v != 0.0 && v.abs() < f64::MIN_POSITIVE && inexact) || (v == 0.0 && inexact) {
-                return Err(Fault::OutOfRange("stod"));
-            }
-            return Ok((v, end));
-        }
-        // "0x" without hex digits: strtod reads the "0".
-        return Ok((sign * 0.0, p + 1));
-    }
-    let end = decimal_len(b, p).ok_or(Fault::InvalidArgument("stod"))?;
-    let text = &s[p..end];
-    let v: f64 = text.parse().map_err(|_| Fault::InvalidArgument("stod"))?;
-    let mantissa = text.split(['e', 'E']).next().unwrap_or("");
-    let nonzero = mantissa.bytes().any(|c| (b'1'..=b'9').contains(&c));
-    // glibc sets ERANGE on overflow and when the result is tiny after rounding (below
-    // DBL_MIN even at unbounded exponent range), which for `v == DBL_MIN` needs the exact value.
-    let tiny = v < f64::MIN_POSITIVE || (v == f64::MIN_POSITIVE && below_tiny_threshold(text));
-    if v.is_infinite() || (nonzero && tiny) {
-        return Err(Fault::OutOfRange("stod"));
-    }
-    Ok((sign * v, end))
-}
-
-/// Whether the decimal `text` (no sign) is below 2^-1022 - 2^-1076, the smallest value that
-/// rounds to `DBL_MIN` with an unbounded exponent: N·10^k < (2^54 - 1)·2^-1076.
-fn below_tiny_threshold(text: &str) -> bool {
-    fn mul(a: &mut Vec<u32>, m: u32) {
-        let mut carry = 0u64;
-        for x in a.iter_mut() {
-            let v = u64::from(*x) * u64::from(m) + carry;
-            *x = v as u32;
-            carry = v >> 32;
-        }
-        if carry > 0 {
-            a.push(carry as u32);
-        }
-    }
-    let (mant, exp) = text.split_once(['e', 'E']).unwrap_or((text, "0"));
-    let (int, frac) = mant.split_once('.').unwrap_or((mant, ""));
-    let digits: String = format!("{int}{frac}").trim_start_matches('0').chars().take(1200).collect();
-    let dropped = int.len() + frac.len() - digits.len();
-    let lead_zeros = format!("{int}{frac}").len() - format!("{int}{frac}").trim_start_matches('0').len();
-    let exp: i64 = exp.parse().unwrap_or(0);
-    let k = exp - frac.len() as i64 + (dropped - lead_zeros) as i64;
-    if k >= 0 || k < -5000 {
-        return k < -5000;
-    }
-    let mut lhs = vec![0u32];
-    for d in digits.bytes() {
-        let mut carry = u64::from(d - b'0');
-        for x in lhs.iter_mut() {
-            let v = u64::from(*x) * 10 + carry;
-            *x = v as u32;
-            carry = v >> 32;
-        }
-        if carry > 0 {
-            lhs.push(carry as u32);
-        }
-    }
-    for _ in 0..1076 / 16 {
-        mul(&mut lhs, 1 << 16);
-    }
-    mul(&mut lhs, 1 << (1076 % 16));
-    let mut rhs = vec![u32::MAX, (1 << 22) - 1]; // 2^54 - 1
-    for _ in 0..-k {
-        mul(&mut rhs, 10);
-    }
-    let trim = |v: &mut Vec<u32>| while v.len() > 1 && v.last() == Some(&0) { v.pop(); };
-    trim(&mut lhs);
-    trim(&mut rhs);
-    (lhs.len(), lhs.iter().rev().collect::<Vec<_>>()) < (rhs.len(), rhs.iter().rev().collect::<Vec<_>>())
-}
-
-/// A hex float's value: digits in `b[q..frac_end]` (a `.` at `int_end`), then an optional
-/// binary exponent. Returns (value, end, inexact), rounded to nearest even.
-fn hex_float(b: &[u8], q: usize, int_end: usize, frac_end: usize) -> (f64, usize, bool) {
-    let (mut m, mut e2, mut sticky) = (0u64, 0i64, false);
-    for (k, &c) in b[q..frac_end].iter().enumerate() {
-        if q + k == int_end {
-            continue;
-        }
-        let d = u64::from(char::from(c).to_digit(16).unwrap_or(0));
-        let frac = q + k > int_end;
-        if m >> 60 == 0 {
-            m = m << 4 | d;
-            e2 -= if frac { 4 } else { 0 };
-        } else {
-            sticky |= d != 0;
-            e2 += if frac { 0 } else { 4 };
-        }
-    }
-    let mut end = frac_end;
-    if matches!(b.get(end), Some(b'p' | b'P')) {
-        let mut r = end + 1;
-        let neg = b.get(r) == Some(&b'-');
-        if neg || b.get(r) == Some(&b'+') {
-            r += 1;
-        }
-        let exp_end = digits(b, r, false);
-        if exp_end > r {
-            let mut x: i64 = 0;
-            for &c in &b[r..exp_end] {
-                x = (x * 10 + i64::from(c - b'0')).min(1 << 40);
-            }
-            e2 += if neg { -x } else { x };
-            end = exp_end;
-        }
-    }
-    if m == 0 {
-        return (0.0, end, false);
-    }
-    let lz = i64::from(m.leading_zeros());
-    let m = u128::from(m << lz);
-    let exp = e2 - lz + 63; // exponent of the leading bit
-    if exp > 1023 {
-        return (f64::INFINITY, end, true);
-    }
-    let shift = (11 + (-1022 - exp).max(0)).min(127) as u32;
-    let kept = m >> shift;
-    let rest = m & ((1u128 << shift) - 1);
-    let half = 1u128 << (shift - 1);
-    let inexact = rest != 0 || sticky;
-    let up = rest > half || (rest == half && (sticky || kept & 1 == 1));
-    let kept = (kept + u128::from(up)) as u64;
-    if exp < -1022 {
-        return (f64::from_bits(kept), end, inexact);
-    }
-    let (kept, exp) = if kept == 1 << 53 { (kept >> 1, exp + 1) } else { (kept, exp) };
-    if exp > 1023 {
-        return (f64::INFINITY, end, true);
-    }
-    let bits = ((exp + 1023) as u64) << 52 | (kept & ((1 << 52) - 1));
-    (f64::from_bits(bits), end, inexact)
-}
-
-/// An `expandable_segments_reserve` value: a positive finite decimal, read whole (as
-/// `std::istream >> double` does: no hex, no `inf`/`nan`), optionally suffixed `G`/`g` (GiB).
-pub(crate) fn reserve_spec(tok: &str) -> Option<ReserveSpec> {
-    let (num, gib) = match tok.strip_suffix(['G', 'g']) {
-        Some(n) => (n, true),
-        None => (tok, false),
-    };
-    let b = num.as_bytes();
-    let p = usize::from(matches!(b.first(), Some(b'+' | b'-')));
-    if decimal_len(b, p)? != b.len() {
-        return None;
-    }
-    let v: f64 = num.parse().ok()?;
-    (v > 0.0 && v.is_finite()).then_some(if gib { ReserveSpec::GiB(v) } else { ReserveSpec::Fraction(v) })
-}
-
 /// The load-time backend scan. `Some` when a `backend` key was found.
 fn load_time(w: &mut Walk) -> R<Option<Backend>> {
     let mut i = 0;
@@ -734,9 +579,12 @@ fn load_time(w: &mut Walk) -> R<Option<Backend>> {
         w.key = i;
         if w.t.text(i) == "backend" {
             w.index(i + 1)?;
-            let v = w.get(i + 2)?;
-            let async_ = v == "cudaMallocAsync";
-            return Ok(Some(if async_ { Backend::CudaMallocAsync } else { Backend::Native }));
+            let async_ = w.get(i + 2)? == "cudaMallocAsync";
+            return Ok(Some(if async_ {
+                Backend::CudaMallocAsync
+            } else {
+                Backend::Native
+            }));
         }
         i = w.skip_key(i)? + 2;
     }
@@ -745,8 +593,7 @@ fn load_time(w: &mut Walk) -> R<Option<Backend>> {
 
 /// The CUDA pass (`CUDAAllocatorConfig::parseArgs`).
 fn cuda_pass(w: &mut Walk, c: &mut AllocConf, load: Backend) -> R<()> {
-    let (mut used_async, mut native_specific) = (false, false);
-    let mut i = 0;
+    let (mut used_async, mut native_specific, mut i) = (false, false, 0);
     while i < w.t.len() {
         w.key = i;
         let key = w.t.text(i);
@@ -757,44 +604,66 @@ fn cuda_pass(w: &mut Walk, c: &mut AllocConf, load: Backend) -> R<()> {
                 w.sep(i + 1, ":")?;
                 let v = w.get(i + 2)?;
                 if v != "native" && v != "cudaMallocAsync" {
-                    let f = Fault::Value("Unknown allocator backend, options are native and cudaMallocAsync".into());
-                    return Err(w.fail(i + 2, f, format!("backend must be native or cudaMallocAsync, got '{v}'")));
+                    let torch = "Unknown allocator backend, options are native and cudaMallocAsync";
+                    let why = format!("backend must be native or cudaMallocAsync, got '{v}'");
+                    return Err(w.reject(i + 2, torch, why));
                 }
                 used_async = v == "cudaMallocAsync";
                 if v != load.name() {
-                    let msg = format!("Allocator backend parsed at runtime != allocator backend parsed at load time, {v} != {}", load.name());
-                    let f = Fault::Assert { cond: "tokenizer[i] == get()->name()", file: "/__w/pytorch/pytorch/c10/cuda/CUDAAllocatorConfig.cpp", line: 64, msg };
-                    let why = format!("backend is given twice with different values: torch picks '{}' from the first one when it loads, then rejects '{v}'", load.name());
+                    let msg = format!(
+                        "Allocator backend parsed at runtime != allocator backend parsed at load \
+                         time, {v} != {}",
+                        load.name()
+                    );
+                    let file = "/__w/pytorch/pytorch/c10/cuda/CUDAAllocatorConfig.cpp";
+                    let cond = "tokenizer[i] == get()->name()";
+                    let f = Fault::Assert {
+                        cond,
+                        file,
+                        line: 64,
+                        msg,
+                    };
+                    let why = format!(
+                        "backend is given twice with different values: torch picks '{}' from the \
+                         first one when it loads, then rejects '{v}'",
+                        load.name()
+                    );
                     return Err(w.fail(i + 2, f, why));
                 }
                 i + 2
             }
-            "release_lock_on_cudamalloc" | "release_lock_on_hipmalloc" => w.bool_entry(i, &mut c.release_lock_on_cudamalloc)?,
-            "pinned_use_cuda_host_register" | "pinned_use_hip_host_register" => w.bool_entry(i, &mut c.pinned_use_cuda_host_register)?,
-            "graph_capture_record_stream_reuse" => w.bool_entry(i, &mut c.graph_capture_record_stream_reuse)?,
+            "release_lock_on_cudamalloc" | "release_lock_on_hipmalloc" => {
+                w.bool_entry(i, &mut c.release_lock_on_cudamalloc)?
+            }
+            "pinned_use_cuda_host_register" | "pinned_use_hip_host_register" => {
+                w.bool_entry(i, &mut c.pinned_use_cuda_host_register)?
+            }
+            "graph_capture_record_stream_reuse" => {
+                w.bool_entry(i, &mut c.graph_capture_record_stream_reuse)?
+            }
             "pinned_free_catch_all" => w.bool_entry(i, &mut c.pinned_free_catch_all)?,
             "throw_on_cudamalloc_oom" => w.bool_entry(i, &mut c.throw_on_cudamalloc_oom)?,
             "pinned_num_register_threads" => {
-                w.sep(i + 1, ":")?;
-                let v = w.size_t(i + 2)?;
-                let why = format!("pinned_num_register_threads must be a power of two no greater than 128, got {v}");
+                let v = w.size_entry(i)?;
+                let why = format!("{key} must be a power of two no greater than 128, got {v}");
                 if !v.is_power_of_two() {
-                    let f = Fault::Value(format!("Number of register threads has to be power of 2, got {v}"));
-                    return Err(w.fail(i + 2, f, why));
+                    let torch = format!("Number of register threads has to be power of 2, got {v}");
+                    return Err(w.reject(i + 2, torch, why));
                 }
                 if v > 128 {
-                    let f = Fault::Value(format!("Number of register threads should be less than or equal to 128, got {v}"));
-                    return Err(w.fail(i + 2, f, why));
+                    let torch = format!(
+                        "Number of register threads should be less than or equal to 128, got {v}"
+                    );
+                    return Err(w.reject(i + 2, torch, why));
                 }
                 c.pinned_num_register_threads = v;
                 i + 2
             }
             "pinned_reserve_segment_size_mb" => {
-                w.sep(i + 1, ":")?;
-                let v = w.size_t(i + 2)?;
+                let v = w.size_entry(i)?;
                 if v == 0 {
-                    let f = Fault::Value("Pinned reserve segment size has to be greater than 0".into());
-                    return Err(w.fail(i + 2, f, "pinned_reserve_segment_size_mb must be greater than 0".into()));
+                    let torch = "Pinned reserve segment size has to be greater than 0";
+                    return Err(w.reject(i + 2, torch, format!("{key} must be greater than 0")));
                 }
                 c.pinned_reserve_segment_size_mb = v;
                 i + 2
@@ -803,9 +672,9 @@ fn cuda_pass(w: &mut Walk, c: &mut AllocConf, load: Backend) -> R<()> {
                 w.sep(i + 1, ":")?;
                 let v = w.double(i + 2)?;
                 if !(0.0..=1.0).contains(&v) {
-                    let f = Fault::Value("per_process_memory_fraction is invalid, set it in [0.0, 1.0]".into());
-                    let tok = w.t.text(i + 2);
-                    return Err(w.fail(i + 2, f, format!("per_process_memory_fraction must be in [0, 1], got '{tok}'")));
+                    let torch = "per_process_memory_fraction is invalid, set it in [0.0, 1.0]";
+                    let why = format!("{key} must be in [0, 1], got '{}'", w.t.text(i + 2));
+                    return Err(w.reject(i + 2, torch, why));
                 }
                 c.per_process_memory_fraction = v;
                 i + 2
@@ -813,12 +682,8 @@ fn cuda_pass(w: &mut Walk, c: &mut AllocConf, load: Backend) -> R<()> {
             "expandable_segments_reserve" => {
                 w.sep(i + 1, ":")?;
                 let tok = w.get(i + 2)?;
-                match reserve_spec(tok) {
-                    Some(s) => {
-                        tiny_reserve_warning(w, i + 2, s);
-                        c.expandable_segments_reserve = Some(s);
-                    }
-                    None => reserve_warning(w, i + 2, tok),
+                if let Some(s) = reserve_value(w, i + 2, tok) {
+                    c.expandable_segments_reserve = Some(s);
                 }
                 i + 2
             }
@@ -829,29 +694,44 @@ fn cuda_pass(w: &mut Walk, c: &mut AllocConf, load: Backend) -> R<()> {
         i = w.next(i, owner)?;
     }
     if used_async && native_specific {
-        let msg = "torch prints this warning whenever a CUDA-specific key (release_lock_on_cudamalloc, per_process_memory_fraction, pinned_*, ...) is combined with backend:cudaMallocAsync; the keys it names are not checked".to_string();
-        w.warns.push(Warning { var: w.var, entry: String::new(), message: msg, torch_text: Some(ASYNC_WARNING.into()) });
+        let msg = "torch prints this whenever a CUDA-specific key (release_lock_on_cudamalloc, \
+                   per_process_memory_fraction, pinned_*, ...) is combined with \
+                   backend:cudaMallocAsync; the keys it names are not checked";
+        let warning = Warning::new(w.var, "", msg);
+        w.warns.push(Warning {
+            torch_text: Some(ASYNC_WARNING.into()),
+            ..warning
+        });
     }
     Ok(())
 }
 
-fn reserve_warning(w: &mut Walk, i: usize, tok: &str) {
-    let torch = format!("Ignoring invalid expandable-segment reserve value '{tok}' in PYTORCH_CUDA_ALLOC_CONF (expected a positive, finite fraction like 0.5 or an absolute size like 40G); using default.");
-    let msg = format!("'{tok}' is not a positive fraction (0.5) or size in GiB (40G); torch ignores it and keeps the previous reserve");
-    w.warn(i, msg, Some(torch));
-}
-
-/// A reserve below one 20 MiB page (on an 80 GiB device) makes torch fail every expandable
-/// allocation ("Failed to reserve ... virtual address space").
-fn tiny_reserve_warning(w: &mut Walk, i: usize, s: ReserveSpec) {
-    let tiny = match s {
+/// Reads an expandable-segment reserve, warning as torch does when it is invalid (torch then
+/// keeps the previous value) and when it is too small to be usable.
+fn reserve_value(w: &mut Walk, i: usize, tok: &str) -> Option<ReserveSpec> {
+    let Some(spec) = reserve_spec(tok) else {
+        let torch = format!(
+            "Ignoring invalid expandable-segment reserve value '{tok}' in PYTORCH_CUDA_ALLOC_CONF \
+             (expected a positive, finite fraction like 0.5 or an absolute size like 40G); using \
+             default."
+        );
+        let msg = format!(
+            "'{tok}' is not a positive fraction (0.5) or size in GiB (40G); torch ignores it and \
+             keeps the previous reserve"
+        );
+        w.warn(i, msg, Some(torch));
+        return None;
+    };
+    let tiny = match spec {
         ReserveSpec::Fraction(f) => f < 1.0 / 4096.0,
         ReserveSpec::GiB(g) => g < 20.0 / 1024.0,
     };
     if tiny {
-        let msg = "this reserve is smaller than one 20 MiB page (for a fraction: on an 80 GiB device); torch accepts it, then fails every expandable-segment allocation".to_string();
+        let msg = "this reserve is smaller than one 20 MiB page (for a fraction: on an 80 GiB \
+                   device); torch accepts it, then fails every expandable-segment allocation";
         w.warn(i, msg, None);
     }
+    Some(spec)
 }
 
 /// `expandable_segments_reserve_by_class:[class:reserve,...]`; returns the index of `]`.
@@ -859,25 +739,25 @@ fn reserve_by_class(w: &mut Walk, c: &mut AllocConf, i: usize) -> R<usize> {
     w.sep(i + 1, ":")?;
     let mut i = i + 2;
     if w.index(i)? != "[" {
-        w.warn(i, "expected '[' to open the list; torch reads on by position".into(), None);
+        w.warn(
+            i,
+            "expected '[' to open the list; torch reads on by position",
+            None,
+        );
     }
-    c.expandable_segments_reserve_by_class.clear();
+    let by = &mut c.expandable_segments_reserve_by_class;
+    by.clear();
     i += 1;
     while w.index(i)? != "]" {
         let name = w.t.text(i).to_string();
         w.sep(i + 1, ":")?;
         i += 2;
         let tok = w.get(i)?;
-        let spec = reserve_spec(tok);
-        if let Some(s) = spec {
-            tiny_reserve_warning(w, i, s);
-        }
-        match spec {
-            Some(s) => match c.expandable_segments_reserve_by_class.iter_mut().find(|(n, _)| *n == name) {
+        if let Some(s) = reserve_value(w, i, tok) {
+            match by.iter_mut().find(|(n, _)| *n == name) {
                 Some(slot) => slot.1 = s,
-                None => c.expandable_segments_reserve_by_class.push((name, s)),
-            },
-            None => reserve_warning(w, i, tok),
+                None => by.push((name, s)),
+            }
         }
         i += 1;
         if w.index(i)? == "," {
@@ -889,48 +769,66 @@ fn reserve_by_class(w: &mut Walk, c: &mut AllocConf, i: usize) -> R<usize> {
 
 fn unknown_key(w: &Walk, i: usize, which: &str) -> Failure {
     let key = w.t.text(i);
-    let f = Fault::Value(format!("Unrecognized key '{key}' in {which} allocator config."));
-    let end = if i + 2 < w.t.len() { i + 2 } else { i };
+    let torch = format!("Unrecognized key '{key}' in {which} allocator config.");
     let reason = if is_sep(key) {
         format!("stray '{key}': entries are key:value pairs separated by ','")
     } else if CACHALOT_KEYS.contains(&key) {
         format!("'{key}' is a cachalot key: set it in CACHALOT_ALLOC_CONF")
     } else {
         let mut valid: Vec<&str> = super::KEYS.iter().map(|k| k.name).collect();
-        if w.mode == Mode::Pytorch {
-            valid.retain(|k| !CACHALOT_KEYS.contains(k));
-        }
-        let hint = if valid.contains(&format!("{key}_mb").as_str()) { format!(" (did you mean {key}_mb?)") } else { String::new() };
-        format!("unknown key '{key}'{hint}; valid keys: {}", valid.join(", "))
+        valid.retain(|k| w.mode == Mode::Cachalot || !CACHALOT_KEYS.contains(k));
+        let mb = format!("{key}_mb");
+        let hint = if valid.contains(&mb.as_str()) {
+            format!(" (did you mean {mb}?)")
+        } else {
+            String::new()
+        };
+        format!(
+            "unknown key '{key}'{hint}; valid keys: {}",
+            valid.join(", ")
+        )
     };
-    w.fail(end, f, reason)
+    let end = if is_sep(key) {
+        i
+    } else {
+        (i + 2).min(w.t.len() - 1)
+    };
+    w.reject(end, torch, reason)
 }
 
 /// `large_segment_size_mb : value`; returns the value's index.
 fn large_segment(w: &mut Walk, c: &mut AllocConf, i: usize) -> R<usize> {
     let v = w.mib_entry(i)?;
     if v <= 10 {
-        let f = Fault::Value("CachingAllocator option large_segment_size_mb must be > 10 MB".into());
-        return Err(w.fail(i + 2, f, "large_segment_size_mb must be greater than 10 (MiB)".into()));
+        let torch = "CachingAllocator option large_segment_size_mb must be > 10 MB";
+        return Err(w.reject(
+            i + 2,
+            torch,
+            "large_segment_size_mb must be greater than 10 (MiB)",
+        ));
     }
     c.large_segment_size = v * MIB;
     Ok(i + 2)
 }
 
-/// `max_split_size_mb` / `max_non_split_rounding_mb`: at least `large_segment_size_mb`.
-fn bounded_mib(w: &mut Walk, c: &AllocConf, i: usize, what: &str) -> R<u64> {
-    w.sep(i + 1, ":")?;
-    let v = w.size_t(i + 2)?;
+/// `max_split_size_mb` / `max_non_split_rounding_mb`: at least `large_segment_size_mb`; bytes.
+fn bounded_mib(w: &mut Walk, c: &AllocConf, i: usize) -> R<u64> {
+    let (key, v) = (w.key_text(), w.size_entry(i)?);
     let min = c.large_segment_size / MIB;
     if v < min {
-        let f = Fault::Value(format!("CachingAllocator option {what} too small, must be >= {min}"));
-        let of = if min == 20 { String::new() } else { " (= large_segment_size_mb)".into() };
-        return Err(w.fail(i + 2, f, format!("{what} must be at least {min}{of} (MiB)")));
+        let torch = format!("CachingAllocator option {key} too small, must be >= {min}");
+        let of = if min == 20 {
+            ""
+        } else {
+            " (= large_segment_size_mb)"
+        };
+        return Err(w.reject(
+            i + 2,
+            torch,
+            format!("{key} must be at least {min}{of} (MiB)"),
+        ));
     }
-    if v > MAX_MB {
-        w.warn(i + 2, format!("{v} MiB is more than torch keeps; clamped to {MAX_MB} MiB"), None);
-    }
-    Ok(v.min(MAX_MB) * MIB)
+    Ok(w.clamp_mib(i + 2, v)? * MIB)
 }
 
 /// The generic pass (`AcceleratorAllocatorConfig::parseArgs`). `reset` = torch's behaviour of
@@ -940,7 +838,7 @@ fn generic_pass(w: &mut Walk, c: &mut AllocConf, reset: bool) -> R<()> {
         c.max_split_size = u64::MAX;
         c.roundup_power2_divisions = [0; 16];
         c.garbage_collection_threshold = 0.0;
-        c.large_segment_size = LARGE_BUFFER;
+        c.large_segment_size = 20 * MIB;
     }
     let mut named_large = false;
     for i in 0..w.t.len() {
@@ -957,32 +855,39 @@ fn generic_pass(w: &mut Walk, c: &mut AllocConf, reset: bool) -> R<()> {
     while i < w.t.len() {
         w.key = i;
         let key = w.t.text(i);
-        let owner = GENERIC_KEYS.contains(&key) || key == LEGACY_KEY || CACHALOT_KEYS.contains(&key);
+        let owner =
+            GENERIC_KEYS.contains(&key) || key == LEGACY_KEY || CACHALOT_KEYS.contains(&key);
+        let cachalot = w.mode == Mode::Cachalot;
         i = match key {
             // Read by the pre-pass above; the main loop only steps over it.
             "large_segment_size_mb" => w.skip_key(i)?,
             "max_split_size_mb" => {
-                c.max_split_size = bounded_mib(w, c, i, key)?;
+                c.max_split_size = bounded_mib(w, c, i)?;
                 i + 2
             }
             "max_non_split_rounding_mb" => {
-                c.max_non_split_rounding_size = bounded_mib(w, c, i, key)?;
+                c.max_non_split_rounding_size = bounded_mib(w, c, i)?;
                 i + 2
             }
             "garbage_collection_threshold" => {
                 w.sep(i + 1, ":")?;
                 let v = w.double(i + 2)?;
                 if !(v > 0.0 && v < 1.0) {
-                    let f = Fault::Value("garbage_collect_threshold is invalid, set it in (0.0, 1.0)".into());
-                    let tok = w.t.text(i + 2);
-                    return Err(w.fail(i + 2, f, format!("garbage_collection_threshold must be strictly between 0 and 1, got '{tok}'")));
+                    let torch = "garbage_collect_threshold is invalid, set it in (0.0, 1.0)";
+                    let why = format!(
+                        "{key} must be strictly between 0 and 1, got '{}'",
+                        w.t.text(i + 2)
+                    );
+                    return Err(w.reject(i + 2, torch, why));
                 }
                 c.garbage_collection_threshold = v;
                 i + 2
             }
             "roundup_power2_divisions" => roundup(w, c, i)?,
             "expandable_segments" => w.bool_entry(i, &mut c.expandable_segments)?,
-            "pinned_use_background_threads" => w.bool_entry(i, &mut c.pinned_use_background_threads)?,
+            "pinned_use_background_threads" => {
+                w.bool_entry(i, &mut c.pinned_use_background_threads)?
+            }
             "pinned_max_round_threshold_mb" => {
                 c.pinned_max_round_threshold = w.mib_entry(i)? * MIB;
                 i + 2
@@ -992,13 +897,15 @@ fn generic_pass(w: &mut Walk, c: &mut AllocConf, reset: bool) -> R<()> {
                 i + 2
             }
             LEGACY_KEY => {
-                c.roundup_bypass_threshold = w.mib_entry(i)?.saturating_mul(MIB);
+                c.roundup_bypass_threshold = w.mib_entry(i)? * MIB;
                 i + 2
             }
-            "expandable_oversize_exempt" if w.mode == Mode::Cachalot => {
+            "expandable_oversize_exempt" if cachalot => {
                 w.bool_entry(i, &mut c.cachalot.expandable_oversize_exempt)?
             }
-            "research_after_flush" if w.mode == Mode::Cachalot => w.bool_entry(i, &mut c.cachalot.research_after_flush)?,
+            "research_after_flush" if cachalot => {
+                w.bool_entry(i, &mut c.cachalot.research_after_flush)?
+            }
             _ if !is_known(key, w.mode) => return Err(unknown_key(w, i, "Accelerator")),
             _ => w.skip_key(i)?,
         };
@@ -1006,8 +913,18 @@ fn generic_pass(w: &mut Walk, c: &mut AllocConf, reset: bool) -> R<()> {
     }
     let (round, cached) = (c.pinned_max_round_threshold, c.pinned_max_cached_size);
     if round != u64::MAX && cached != u64::MAX && round > cached {
-        let torch = format!("pinned_max_round_threshold_mb ({}) > pinned_max_cached_size_mb ({}). The cache size limit takes precedence: allocations above pinned_max_cached_size_mb are never rounded up.", round / MIB, cached / MIB);
-        w.warns.push(Warning { var: w.var, entry: String::new(), message: torch.clone(), torch_text: Some(torch) });
+        let torch = format!(
+            "pinned_max_round_threshold_mb ({}) > pinned_max_cached_size_mb ({}). The cache size \
+             limit takes precedence: allocations above pinned_max_cached_size_mb are never \
+             rounded up.",
+            round / MIB,
+            cached / MIB
+        );
+        let warning = Warning::new(w.var, "", torch.clone());
+        w.warns.push(Warning {
+            torch_text: Some(torch),
+            ..warning
+        });
     }
     Ok(())
 }
@@ -1020,9 +937,12 @@ fn roundup(w: &mut Walk, c: &mut AllocConf, i: usize) -> R<usize> {
     if w.get(i)? != "[" {
         let v = w.size_t(i)?;
         if !v.is_power_of_two() {
-            let f = Fault::Value("For roundups, the divisions has to be power of 2 ".into());
-            let why = format!("roundup_power2_divisions must be a power of two (1, 2, 4, 8, ...) or a [MiB:N,...,>:N] list, got {v}");
-            return Err(w.fail(i, f, why));
+            let torch = "For roundups, the divisions has to be power of 2 ";
+            let why = format!(
+                "roundup_power2_divisions must be a power of two (1, 2, 4, 8, ...) or a \
+                 [MiB:N,...,>:N] list, got {v}"
+            );
+            return Err(w.reject(i, torch, why));
         }
         *divs = [v; 16];
         return Ok(i);
@@ -1038,23 +958,29 @@ fn roundup(w: &mut Walk, c: &mut AllocConf, i: usize) -> R<usize> {
         i += 2;
         let v = w.size_t(i)?;
         if v != 0 && !v.is_power_of_two() {
-            let f = Fault::Value("For roundups, the divisions has to be power of 2 or 0 to disable roundup ".into());
-            return Err(w.fail(i, f, format!("roundup_power2_divisions list values must be 0 or a power of two, got {v}")));
+            let torch = "For roundups, the divisions has to be power of 2 or 0 to disable roundup ";
+            let why = format!(
+                "roundup_power2_divisions list values must be 0 or a power of two, got {v}"
+            );
+            return Err(w.reject(i, torch, why));
         }
         if w.t.text(key_at) == ">" {
             if first {
-                w.warn(i, "'>' before any interval fills from the 2 MiB interval up: requests below 2 MiB keep slot 0 (0 = no rounding)".into(), None);
+                let msg = "'>' before any interval fills from the 2 MiB interval up: requests \
+                           below 2 MiB keep slot 0 (0 = no rounding)";
+                w.warn(i, msg, None);
             }
-            for s in last_index + 1..16 {
-                divs[s] = v;
-                touched[s] = true;
-            }
+            divs[last_index + 1..].fill(v);
+            touched[last_index + 1..].fill(true);
         } else {
             let boundary = w.size_t(key_at)?;
             if !boundary.is_power_of_two() {
-                let f = Fault::Value("For roundups, the intervals have to be power of 2 ".into());
-                let tok = w.t.text(key_at);
-                return Err(w.fail(i, f, format!("roundup_power2_divisions list keys must be powers of two (MiB) or '>', got '{tok}'")));
+                let torch = "For roundups, the intervals have to be power of 2 ";
+                let why = format!(
+                    "roundup_power2_divisions list keys must be powers of two (MiB) or '>', got '{}'",
+                    w.t.text(key_at)
+                );
+                return Err(w.reject(i, torch, why));
             }
             let index = (63 - boundary.leading_zeros() as usize).min(15);
             if first {
@@ -1072,47 +998,69 @@ fn roundup(w: &mut Walk, c: &mut AllocConf, i: usize) -> R<usize> {
         }
     }
     if i >= w.t.len() {
-        let f = unclosed("i < tokenizer.size()", "/__w/pytorch/pytorch/c10/core/AllocatorConfig.cpp", 213);
-        return Err(w.fail(i, f, "the list of 'roundup_power2_divisions' has no closing ']'".into()));
+        let file = "/__w/pytorch/pytorch/c10/core/AllocatorConfig.cpp";
+        let f = Fault::unclosed("i < tokenizer.size()", file, 213);
+        return Err(w.fail(
+            i,
+            f,
+            "the list of 'roundup_power2_divisions' has no closing ']'",
+        ));
     }
     let last = touched.iter().rposition(|t| *t).unwrap_or(0);
-    let gaps: Vec<String> = (0..last).filter(|s| !touched[*s]).map(|s| format!("{} MiB", 1u64 << s)).collect();
+    let gaps: Vec<String> = (0..last)
+        .filter(|s| !touched[*s])
+        .map(|s| format!("{} MiB", 1u64 << s))
+        .collect();
     if !gaps.is_empty() {
-        let msg = format!("the intervals starting at {} are not listed; torch does not fill gaps, so they get no power-of-two rounding", gaps.join(", "));
+        let msg = format!(
+            "the intervals starting at {} are not listed; torch does not fill gaps, so they get \
+             no power-of-two rounding",
+            gaps.join(", ")
+        );
         w.warn(i, msg, None);
     }
     Ok(i)
 }
 
-/// Which variables feed one torch-style parse.
-struct Sources<'a> {
-    generic: Option<(&'static str, &'a str)>,
-    cuda: Option<(&'static str, &'a str)>,
+/// The variable and string for torch's generic pass and for its CUDA pass.
+type Source<'a> = Option<(&'static str, &'a str)>;
+
+fn finish(f: Failure, w: &mut Walk, at_load: bool) -> ConfigError {
+    w.key = f.key;
+    let entry = w.entry(f.at);
+    ConfigError {
+        var: w.var,
+        entry,
+        reason: f.reason,
+        fault: Box::new(f.fault),
+        at_load,
+    }
 }
 
-fn finish(f: Failure, w: &Walk, at_load: bool) -> ConfigError {
-    let mut w2 = Walk::new(w.t, w.var, w.mode);
-    w2.key = f.key;
-    ConfigError { var: w.var, entry: w2.entry(f.at), reason: f.reason, fault: f.fault, at_load }
-}
-
-/// The whole torch 2.15 sequence on `conf` (load-time scan, then the two passes in torch's
-/// order). `reset` = torch's semantics; `false` applies a string on top.
-fn run(conf: &mut AllocConf, src: Sources, mode: Mode, reset: bool) -> Result<Vec<Warning>, ConfigError> {
-    let gt = src.generic.map(|(v, s)| (v, Tokens::new(s)));
-    let ct = src.cuda.map(|(v, s)| (v, Tokens::new(s)));
-    let mut warns = Vec::new();
-    let mut named_backend = None;
+/// The whole torch 2.15 sequence on `conf`: the load-time scan, then the two passes in
+/// torch's order. `reset` = torch's semantics; `false` applies a string on top. On error
+/// `conf` is unchanged.
+fn run(
+    conf: &mut AllocConf,
+    generic: Source,
+    cuda: Source,
+    mode: Mode,
+    reset: bool,
+) -> Result<Vec<Warning>, ConfigError> {
+    let (gt, ct) = (
+        generic.map(|(v, s)| (v, Tokens::new(s))),
+        cuda.map(|(v, s)| (v, Tokens::new(s))),
+    );
     let mut cw = ct.as_ref().map(|(v, t)| Walk::new(t, v, mode));
     let mut gw = gt.as_ref().map(|(v, t)| Walk::new(t, v, mode));
+    let mut named = None;
     if let Some(w) = cw.as_mut() {
-        named_backend = load_time(w).map_err(|f| finish(f, w, true))?;
+        named = load_time(w).map_err(|f| finish(f, w, true))?;
     }
-    let load = named_backend.unwrap_or(if reset { Backend::Native } else { conf.backend });
+    let load = named.unwrap_or(if reset { Backend::Native } else { conf.backend });
     let mut c = conf.clone();
-    let cuda_first = load == Backend::Native;
     for step in 0..2 {
-        if (step == 0) == cuda_first {
+        if (step == 0) == (load == Backend::Native) {
             if let Some(w) = cw.as_mut() {
                 cuda_pass(w, &mut c, load).map_err(|f| finish(f, w, false))?;
             }
@@ -1121,22 +1069,27 @@ fn run(conf: &mut AllocConf, src: Sources, mode: Mode, reset: bool) -> Result<Ve
         }
     }
     c.backend = load;
-    for (v, t) in gt.iter().chain(ct.iter()) {
+    let mut warns = Vec::new();
+    for (var, t) in gt.iter().chain(&ct) {
         for tok in t.toks.iter().filter(|t| t.squeezed) {
-            let message = format!("whitespace inside '{}' is ignored: read as '{}'", &t.src[tok.start..tok.end], tok.text);
-            warns.push(Warning { var: v, entry: t.src[tok.start..tok.end].to_string(), message, torch_text: None });
+            let raw = &t.src[tok.start..tok.end];
+            let msg = format!(
+                "whitespace inside '{raw}' is ignored: read as '{}'",
+                tok.text
+            );
+            warns.push(Warning::new(var, raw, msg));
         }
     }
     let mut seen = Vec::new();
     for w in cw.into_iter().chain(gw) {
         warns.extend(w.warns);
-        seen.extend(w.seen.into_iter().map(|(k, e)| (k, e, w.var)));
+        seen.extend(w.seen);
     }
     whole_config_warnings(&c, &seen, &mut warns);
     if !reset {
         check_combination(&c, &seen)?;
     }
-    let mut unique = Vec::new();
+    let mut unique: Vec<Warning> = Vec::new();
     for w in warns {
         if !unique.contains(&w) {
             unique.push(w);
@@ -1146,40 +1099,72 @@ fn run(conf: &mut AllocConf, src: Sources, mode: Mode, reset: bool) -> Result<Ve
     Ok(unique)
 }
 
-/// Remarks on the configuration as a whole.
-fn whole_config_warnings(c: &AllocConf, seen: &[(String, String, &'static str)], warns: &mut Vec<Warning>) {
-    let entry = |key: &str| seen.iter().rev().find(|(k, _, _)| k == key).map(|(_, e, v)| (e.clone(), *v));
+/// Remarks on the configuration as a whole, attached to the entry they are about.
+fn whole_config_warnings(c: &AllocConf, seen: &Seen, warns: &mut Vec<Warning>) {
     let mut push = |key: &str, message: String| {
-        if let Some((entry, var)) = entry(key) {
-            warns.push(Warning { var, entry, message, torch_text: None });
+        if let Some((_, entry, var)) = seen.iter().rev().find(|(k, _, _)| k == key) {
+            warns.push(Warning::new(var, entry.clone(), message));
         }
     };
     if c.garbage_collection_threshold > 0.0 && c.per_process_memory_fraction >= 1.0 {
-        push("garbage_collection_threshold", "has no effect unless a memory fraction below 1 is set (per_process_memory_fraction or torch.cuda.set_per_process_memory_fraction)".into());
+        let msg = "has no effect unless a memory fraction below 1 is set \
+                   (per_process_memory_fraction or torch.cuda.set_per_process_memory_fraction)";
+        push("garbage_collection_threshold", msg.into());
     }
     if c.backend == Backend::CudaMallocAsync {
-        for key in ["max_split_size_mb", "max_non_split_rounding_mb", "large_segment_size_mb", "roundup_power2_divisions", "garbage_collection_threshold", "expandable_segments"] {
-            push(key, format!("backend:cudaMallocAsync ignores {key}; torch does not warn about it"));
+        for key in GENERIC_KEYS.iter().filter(|k| !k.starts_with("pinned")) {
+            push(
+                key,
+                format!("backend:cudaMallocAsync ignores {key}; torch does not warn about it"),
+            );
         }
     }
     if c.roundup_bypass_threshold != u64::MAX {
         let t = c.roundup_bypass_threshold / MIB;
         let exact = t == 0 || (t.is_power_of_two() && (1..=15).contains(&t.trailing_zeros()));
-        let list = super::keys::divisions_value(&c.effective_divisions()).unwrap_or_else(|| "0".into());
-        let how = if exact { "exactly" } else { "approximately (exact only for 0 or a power-of-two MiB from 2 to 32768)" };
-        push(LEGACY_KEY, format!("PyTorch >= 2.0 rejects this PyTorch 1.13 key (Unrecognized key); cachalot accepts it. In torch >= 2.0 write roundup_power2_divisions:{list} instead ({how} the same: 0 for the intervals above {t} MiB)"));
+        let list = divisions_value(&c.effective_divisions()).unwrap_or_else(|| "0".into());
+        let how = match exact {
+            true => "exactly",
+            false => "approximately (exact only for 0 or a power-of-two MiB from 2 to 32768)",
+        };
+        let msg = format!(
+            "PyTorch >= 2.0 rejects this PyTorch 1.13 key (Unrecognized key); cachalot accepts \
+             it. In torch >= 2.0 write roundup_power2_divisions:{list} instead ({how} the same: \
+             0 for the intervals above {t} MiB)"
+        );
+        push(LEGACY_KEY, msg);
     }
 }
 
 /// `CACHALOT_ALLOC_CONF` applied on top must still be a configuration torch would accept.
-fn check_combination(c: &AllocConf, seen: &[(String, String, &'static str)]) -> Result<(), ConfigError> {
+fn check_combination(c: &AllocConf, seen: &Seen) -> Result<(), ConfigError> {
     let min = c.large_segment_size / MIB;
-    for (key, bytes) in [("max_split_size_mb", c.max_split_size), ("max_non_split_rounding_mb", c.max_non_split_rounding_size)] {
+    let sizes = [
+        ("max_split_size_mb", c.max_split_size),
+        ("max_non_split_rounding_mb", c.max_non_split_rounding_size),
+    ];
+    for (key, bytes) in sizes {
         if bytes != u64::MAX && bytes < c.large_segment_size {
-            let (var, entry) = seen.iter().rev().find(|(k, _, _)| k == "large_segment_size_mb" || k == key).map_or((CACHALOT_VAR, String::new()), |(_, e, v)| (*v, e.clone()));
-            let fault = Fault::Value(format!("CachingAllocator option {key} too small, must be >= {min}"));
-            let reason = format!("{key} ({} MiB) must be at least large_segment_size_mb ({min} MiB)", bytes / MIB);
-            return Err(ConfigError { var, entry, reason, fault, at_load: false });
+            let blame = seen
+                .iter()
+                .rev()
+                .find(|(k, _, _)| k == "large_segment_size_mb" || k == key);
+            let (var, entry) =
+                blame.map_or((CACHALOT_VAR, String::new()), |(_, e, v)| (*v, e.clone()));
+            let fault = Fault::Value(format!(
+                "CachingAllocator option {key} too small, must be >= {min}"
+            ));
+            let reason = format!(
+                "{key} ({} MiB) must be at least large_segment_size_mb ({min} MiB)",
+                bytes / MIB
+            );
+            return Err(ConfigError {
+                var,
+                entry,
+                reason,
+                fault: Box::new(fault),
+                at_load: false,
+            });
         }
     }
     Ok(())
@@ -1198,9 +1183,13 @@ pub fn parse_cachalot(s: &str) -> Result<(AllocConf, Vec<Warning>), ConfigError>
     parse_as(s, CACHALOT_VAR, Mode::Cachalot)
 }
 
-fn parse_as(s: &str, var: &'static str, mode: Mode) -> Result<(AllocConf, Vec<Warning>), ConfigError> {
+fn parse_as(
+    s: &str,
+    var: &'static str,
+    mode: Mode,
+) -> Result<(AllocConf, Vec<Warning>), ConfigError> {
     let mut conf = AllocConf::default();
-    let warns = run(&mut conf, Sources { generic: Some((var, s)), cuda: Some((var, s)) }, mode, true)?;
+    let warns = run(&mut conf, Some((var, s)), Some((var, s)), mode, true)?;
     conf.last_allocator_settings = s.to_string();
     Ok((conf, warns))
 }
@@ -1209,29 +1198,54 @@ fn parse_as(s: &str, var: &'static str, mode: Mode) -> Result<(AllocConf, Vec<Wa
 /// (`large_segment_size_mb` also moves `max_non_split_rounding_mb` unless that is named too).
 /// On error `conf` is left unchanged.
 pub fn apply_cachalot(conf: &mut AllocConf, s: &str) -> Result<Vec<Warning>, ConfigError> {
-    run(conf, Sources { generic: Some((CACHALOT_VAR, s)), cuda: Some((CACHALOT_VAR, s)) }, Mode::Cachalot, false)
+    let src = Some((CACHALOT_VAR, s));
+    run(conf, src, src, Mode::Cachalot, false)
 }
 
 /// Reads the allocator variables as torch 2.15 does (`get` is `std::env::var(..).ok()` or a
 /// test stub), then applies `CACHALOT_ALLOC_CONF` on top. A variable set to "" counts as set.
-pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<(AllocConf, Vec<Warning>, EnvSource), ConfigError> {
-    let vals: Vec<(&'static str, Option<String>)> = [CUDA_VAR, HIP_VAR, ALLOC_VAR].iter().map(|v| (*v, get(v))).collect();
-    let first = |names: &[&str]| vals.iter().find(|(v, s)| names.contains(v) && s.is_some()).map(|(v, s)| (*v, s.as_deref().unwrap_or("")));
-    let generic = first(&[CUDA_VAR, HIP_VAR, ALLOC_VAR]);
-    let cuda = first(&[CUDA_VAR, ALLOC_VAR]);
+pub fn from_env(
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<(AllocConf, Vec<Warning>, EnvSource), ConfigError> {
+    let vals: Vec<(&'static str, Option<String>)> =
+        [CUDA_VAR, HIP_VAR, ALLOC_VAR].map(|v| (v, get(v))).into();
+    let first = |names: &[&str]| {
+        let found = vals.iter().find(|(v, s)| names.contains(v) && s.is_some());
+        found.map(|(v, s)| (*v, s.as_deref().unwrap_or("")))
+    };
+    let (generic, cuda) = (
+        first(&[CUDA_VAR, HIP_VAR, ALLOC_VAR]),
+        first(&[CUDA_VAR, ALLOC_VAR]),
+    );
     let mut conf = AllocConf::default();
-    let mut warns = run(&mut conf, Sources { generic, cuda }, Mode::Pytorch, true)?;
+    let mut warns = run(&mut conf, generic, cuda, Mode::Pytorch, true)?;
     conf.last_allocator_settings = generic.map_or(String::new(), |(_, s)| s.to_string());
-    let mut src = EnvSource { generic: generic.map(|g| g.0), cuda: cuda.map(|c| c.0), ..EnvSource::default() };
-    src.ignored = vals.iter().filter(|(v, s)| s.is_some() && Some(*v) != src.generic && Some(*v) != src.cuda).map(|(v, _)| *v).collect();
+    let mut src = EnvSource {
+        generic: generic.map(|g| g.0),
+        cuda: cuda.map(|c| c.0),
+        ..EnvSource::default()
+    };
+    let read = |v: &str| Some(v) == src.generic || Some(v) == src.cuda;
+    src.ignored = vals
+        .iter()
+        .filter(|(v, s)| s.is_some() && !read(v))
+        .map(|(v, _)| *v)
+        .collect();
     for var in &src.ignored {
-        let used = src.generic.unwrap_or(CUDA_VAR);
-        let message = format!("ignored: torch 2.15 reads {used} first (PYTORCH_CUDA_ALLOC_CONF, then PYTORCH_HIP_ALLOC_CONF for generic keys, then PYTORCH_ALLOC_CONF)");
-        warns.push(Warning { var, entry: String::new(), message, torch_text: None });
+        let msg = format!(
+            "ignored: torch 2.15 reads {} instead (PYTORCH_CUDA_ALLOC_CONF, then \
+             PYTORCH_HIP_ALLOC_CONF for generic keys only, then PYTORCH_ALLOC_CONF)",
+            src.generic.unwrap_or(CUDA_VAR)
+        );
+        warns.push(Warning::new(var, "", msg));
     }
     if src.generic == Some(HIP_VAR) {
-        let message = format!("a CUDA build of torch 2.15 reads this variable only for the generic keys (max_split_size_mb, expandable_segments, ...); the CUDA keys and backend come from {}", src.cuda.unwrap_or("the defaults"));
-        warns.push(Warning { var: HIP_VAR, entry: String::new(), message, torch_text: None });
+        let msg = format!(
+            "a CUDA build of torch 2.15 reads this variable only for the generic keys \
+             (max_split_size_mb, expandable_segments, ...); the CUDA keys and backend come from {}",
+            src.cuda.unwrap_or("the defaults")
+        );
+        warns.push(Warning::new(HIP_VAR, "", msg));
     }
     if let Some(s) = get(CACHALOT_VAR) {
         src.cachalot = true;

@@ -1,0 +1,41 @@
+//! The `cachalot` command: thin glue over the library crates. Each subcommand lives in its own
+//! module under `cmd/` and calls library functions; errors are printed once, here.
+
+mod args;
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// PyTorch's CUDA caching allocator, rebuilt in Rust, and the tool that tells you which
+/// PYTORCH_CUDA_ALLOC_CONF to set.
+#[derive(Parser)]
+#[command(name = "cachalot", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay an allocation trace through the allocator on a simulated GPU.
+    Replay(cmd::replay::Args),
+    /// Parse an allocator configuration and print what every option means.
+    Config(cmd::config::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Replay(a) => cmd::replay::run(a),
+        Command::Config(a) => cmd::config::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("cachalot: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
