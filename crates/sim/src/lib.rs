@@ -43,6 +43,9 @@ pub struct SimConfig {
     pub va_base: u64,
     /// Whether VMM calls (expandable segments) are available.
     pub vmm: bool,
+    /// How many times an event must be queried before it reports completion (0 = at once, as
+    /// the oracle's device). A virtual clock for testing frees that wait on other streams.
+    pub event_delay: u32,
 }
 
 impl Default for SimConfig {
@@ -52,6 +55,7 @@ impl Default for SimConfig {
             reserved: 0,
             va_base: 0x1000_0000_0000,
             vmm: true,
+            event_delay: 0,
         }
     }
 }
@@ -182,6 +186,8 @@ pub struct SimDevice {
     mappings: HashMap<u64, u64>,
     next_handle: u64,
     next_event: u64,
+    /// Queries left before each pending event completes.
+    pending_events: HashMap<u64, u32>,
     counters: SimCounters,
     log: Option<Vec<LogEntry>>,
     tag: Arc<AtomicI64>,
@@ -207,6 +213,7 @@ impl SimDevice {
             mappings: HashMap::new(),
             next_handle: 1,
             next_event: 1,
+            pending_events: HashMap::new(),
             counters: SimCounters {
                 phys_peak: config.reserved,
                 ..SimCounters::default()
@@ -354,15 +361,29 @@ impl Device for SimDevice {
     }
 
     fn record_event(&mut self, _stream: StreamId) -> DeviceResult<EventId> {
+        let id = self.next_event;
         self.next_event += 1;
-        Ok(EventId(self.next_event - 1))
+        if self.config.event_delay > 0 {
+            self.pending_events.insert(id, self.config.event_delay);
+        }
+        Ok(EventId(id))
     }
 
-    fn query_event(&mut self, _event: EventId) -> DeviceResult<bool> {
-        Ok(true)
+    fn query_event(&mut self, event: EventId) -> DeviceResult<bool> {
+        match self.pending_events.get_mut(&event.0) {
+            None => Ok(true),
+            Some(left) => {
+                *left -= 1;
+                if *left == 0 {
+                    self.pending_events.remove(&event.0);
+                }
+                Ok(false)
+            }
+        }
     }
 
-    fn synchronize_event(&mut self, _event: EventId) -> DeviceResult<()> {
+    fn synchronize_event(&mut self, event: EventId) -> DeviceResult<()> {
+        self.pending_events.remove(&event.0);
         Ok(())
     }
 
