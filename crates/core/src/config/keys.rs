@@ -43,159 +43,29 @@ const fn key(
 /// Every key cachalot understands, in the order `describe` and `to_pytorch_string` use.
 #[rustfmt::skip]
 pub const KEYS: &[KeyDoc] = &[
-    key(
-        "backend",
-        "name",
-        "native",
-        "allocator implementation: native (the caching allocator) or cudaMallocAsync (the driver's pool)",
-    ),
-    key(
-        "max_split_size_mb",
-        "MiB",
-        "unlimited",
-        "blocks at least this big are never split and only serve requests at least this big (>= large_segment_size_mb)",
-    ),
-    key(
-        "max_non_split_rounding_mb",
-        "MiB",
-        "large_segment_size_mb (20)",
-        "how much bigger than an oversize request a cached oversize block may be and still be handed out whole",
-    ),
-    key(
-        "large_segment_size_mb",
-        "MiB",
-        "20",
-        "segment size for 1-10 MiB requests and page size of large-pool expandable segments (> 10)",
-    ),
-    key(
-        "roundup_power2_divisions",
-        "N or [MiB:N,...,>:N]",
-        "0 (off)",
-        "round requests up to 1/N steps between powers of two, per size interval starting at MiB",
-    ),
-    KeyDoc {
-        legacy: true,
-        ..key(
-            "roundup_bypass_threshold_mb",
-            "MiB",
-            "unlimited",
-            "PyTorch 1.13: requests above this skip power-of-two rounding (torch >= 2.0 rejects the key)",
-        )
-    },
-    key(
-        "garbage_collection_threshold",
-        "fraction (0, 1)",
-        "0 (off)",
-        "free old cached segments once reserved memory passes this share of the memory-fraction limit (needs a fraction < 1)",
-    ),
-    key(
-        "expandable_segments",
-        "True/False",
-        "False",
-        "grow segments by mapping more pages instead of allocating new segments",
-    ),
-    KeyDoc {
-        aliases: &["release_lock_on_hipmalloc"],
-        ..key(
-            "release_lock_on_cudamalloc",
-            "True/False",
-            "False",
-            "release the allocator lock while cudaMalloc runs",
-        )
-    },
-    key(
-        "per_process_memory_fraction",
-        "fraction [0, 1]",
-        "1",
-        "cap reserved memory at this fraction of the device's memory",
-    ),
-    key(
-        "throw_on_cudamalloc_oom",
-        "True/False",
-        "False",
-        "with a fraction below 1, reject requests that would pass it before calling cudaMalloc",
-    ),
-    key(
-        "expandable_segments_reserve",
-        "fraction or <n>G",
-        "1.125 x device memory",
-        "virtual address space reserved for each expandable segment",
-    ),
-    key(
-        "expandable_segments_reserve_by_class",
-        "[class:reserve,...]",
-        "none",
-        "per stream-class reserve, overriding expandable_segments_reserve",
-    ),
-    key(
-        "graph_capture_record_stream_reuse",
-        "True/False",
-        "False",
-        "during CUDA-graph capture, reuse blocks freed with cross-stream uses by graph topology",
-    ),
-    KeyDoc {
-        aliases: &["pinned_use_hip_host_register"],
-        ..key(
-            "pinned_use_cuda_host_register",
-            "True/False",
-            "False",
-            "host allocator: pin with malloc + cudaHostRegister instead of cudaHostAlloc",
-        )
-    },
-    key(
-        "pinned_num_register_threads",
-        "threads",
-        "1",
-        "host allocator: threads that pre-fault pages for cudaHostRegister (power of two <= 128)",
-    ),
-    key(
-        "pinned_use_background_threads",
-        "True/False",
-        "False",
-        "host allocator: process events on a background thread",
-    ),
-    key(
-        "pinned_reserve_segment_size_mb",
-        "MiB",
-        "0 (off)",
-        "host allocator: pre-reserve a pinned segment of this size for small requests",
-    ),
-    key(
-        "pinned_max_round_threshold_mb",
-        "MiB",
-        "unlimited",
-        "host allocator: requests above this skip power-of-two rounding",
-    ),
-    key(
-        "pinned_max_cached_size_mb",
-        "MiB",
-        "unlimited",
-        "host allocator: blocks above this are freed instead of cached",
-    ),
-    key(
-        "pinned_free_catch_all",
-        "True/False",
-        "False",
-        "host allocator: catch-all free behaviour (recorded only)",
-    ),
-    KeyDoc {
-        cachalot_only: true,
-        ..key(
-            "expandable_oversize_exempt",
-            "True/False",
-            "False",
-            "cachalot: max_split_size_mb rules do not apply to expandable blocks (torch #123548)",
-        )
-    },
-    KeyDoc {
-        cachalot_only: true,
-        ..key(
-            "research_after_flush",
-            "True/False",
-            "False",
-            "cachalot: search the cache again after the last-resort flush before allocating (torch #189504)",
-        )
-    },
+    key("backend", "name", "native", "allocator implementation: native (the caching allocator) or cudaMallocAsync (the driver's pool)"),
+    key("max_split_size_mb", "MiB", "unlimited", "blocks at least this big are never split and only serve requests at least this big (>= large_segment_size_mb)"),
+    key("max_non_split_rounding_mb", "MiB", "large_segment_size_mb (20)", "how much bigger than an oversize request a cached oversize block may be and still be handed out whole"),
+    key("large_segment_size_mb", "MiB", "20", "segment size for 1-10 MiB requests and page size of large-pool expandable segments (> 10)"),
+    key("roundup_power2_divisions", "N or [MiB:N,...,>:N]", "0 (off)", "round requests up to 1/N steps between powers of two, per size interval starting at MiB"),
+    KeyDoc { legacy: true, ..key("roundup_bypass_threshold_mb", "MiB", "unlimited", "PyTorch 1.13: requests above this skip power-of-two rounding (torch >= 2.0 rejects the key)") },
+    key("garbage_collection_threshold", "fraction (0, 1)", "0 (off)", "free old cached segments once reserved memory passes this share of the memory-fraction limit (needs a fraction < 1)"),
+    key("expandable_segments", "True/False", "False", "grow segments by mapping more pages instead of allocating new segments"),
+    KeyDoc { aliases: &["release_lock_on_hipmalloc"], ..key("release_lock_on_cudamalloc", "True/False", "False", "release the allocator lock while cudaMalloc runs") },
+    key("per_process_memory_fraction", "fraction [0, 1]", "1", "cap reserved memory at this fraction of the device's memory"),
+    key("throw_on_cudamalloc_oom", "True/False", "False", "with a fraction below 1, reject requests that would pass it before calling cudaMalloc"),
+    key("expandable_segments_reserve", "fraction or <n>G", "1.125 x device memory", "virtual address space reserved for each expandable segment"),
+    key("expandable_segments_reserve_by_class", "[class:reserve,...]", "none", "per stream-class reserve, overriding expandable_segments_reserve"),
+    key("graph_capture_record_stream_reuse", "True/False", "False", "during CUDA-graph capture, reuse blocks freed with cross-stream uses by graph topology"),
+    KeyDoc { aliases: &["pinned_use_hip_host_register"], ..key("pinned_use_cuda_host_register", "True/False", "False", "host allocator: pin with malloc + cudaHostRegister instead of cudaHostAlloc") },
+    key("pinned_num_register_threads", "threads", "1", "host allocator: threads that pre-fault pages for cudaHostRegister (power of two <= 128)"),
+    key("pinned_use_background_threads", "True/False", "False", "host allocator: process events on a background thread"),
+    key("pinned_reserve_segment_size_mb", "MiB", "0 (off)", "host allocator: pre-reserve a pinned segment of this size for small requests"),
+    key("pinned_max_round_threshold_mb", "MiB", "unlimited", "host allocator: requests above this skip power-of-two rounding"),
+    key("pinned_max_cached_size_mb", "MiB", "unlimited", "host allocator: blocks above this are freed instead of cached"),
+    key("pinned_free_catch_all", "True/False", "False", "host allocator: catch-all free behaviour (recorded only)"),
+    KeyDoc { cachalot_only: true, ..key("expandable_oversize_exempt", "True/False", "False", "cachalot: max_split_size_mb rules do not apply to expandable blocks (torch #123548)") },
+    KeyDoc { cachalot_only: true, ..key("research_after_flush", "True/False", "False", "cachalot: search the cache again after the last-resort flush before allocating (torch #189504)") },
 ];
 
 /// Keys the generic pass owns.
@@ -651,11 +521,19 @@ impl AllocConf {
     /// torch ≥ 2.0 equivalent, a `roundup_power2_divisions` list (see
     /// [`AllocConf::effective_divisions`]).
     pub fn to_pytorch_string(&self) -> String {
-        let parts: Vec<String> = KEYS
+        // torch reads `large_segment_size_mb` from any token, the last one winning, so a
+        // reserve class of that name would override it unless the key itself comes last.
+        const LARGE: &str = "large_segment_size_mb";
+        let by = &self.expandable_segments_reserve_by_class;
+        let class_named_large = by.iter().any(|(name, _)| name == LARGE);
+        let mut parts: Vec<String> = KEYS
             .iter()
-            .filter(|k| !k.cachalot_only && !k.legacy)
+            .filter(|k| !(k.cachalot_only || k.legacy || (class_named_large && k.name == LARGE)))
             .filter_map(|k| self.torch_value(k.name).map(|v| format!("{}:{v}", k.name)))
             .collect();
+        if class_named_large {
+            parts.push(format!("{LARGE}:{}", self.large_segment_size / MIB));
+        }
         parts.join(",")
     }
 
@@ -708,5 +586,93 @@ impl AllocConf {
                 (k.name.to_string(), value, k.default.to_string(), k.doc)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_pytorch;
+
+    #[test]
+    fn divisions_render_to_the_shortest_list_torch_reads_back() {
+        let v = |a: &[u64]| -> [u64; 16] { a.try_into().unwrap() };
+        assert_eq!(divisions_value(&[0; 16]), None);
+        assert_eq!(divisions_value(&[4; 16]).as_deref(), Some("4"));
+        assert_eq!(divisions_value(&[3; 16]).as_deref(), Some("[32768:3]"));
+        let d = v(&[1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 4, 8, 8, 8, 8, 8]);
+        assert_eq!(
+            divisions_value(&d).as_deref(),
+            Some("[256:1,512:2,1024:4,>:8]")
+        );
+        let d = v(&[8, 8, 8, 8, 2, 8, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(divisions_value(&d).as_deref(), Some("[8:8,16:2,32:8,64:8]"));
+        let d = v(&[0, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4]);
+        assert_eq!(divisions_value(&d).as_deref(), Some("[1:0,>:4]"));
+    }
+
+    #[test]
+    fn describe_has_one_line_per_key() {
+        let d = parse_pytorch("max_split_size_mb:128,roundup_power2_divisions:[256:1,>:4],expandable_segments_reserve:40G").unwrap().0.describe();
+        assert_eq!(d.len(), KEYS.len());
+        let value = |k: &str| d.iter().find(|l| l.0 == k).unwrap().1.clone();
+        assert_eq!(value("max_split_size_mb"), "128");
+        assert_eq!(value("roundup_power2_divisions"), "[256:1,>:4]");
+        assert_eq!(value("expandable_segments_reserve"), "40G");
+        assert_eq!(
+            (value("backend"), value("research_after_flush")),
+            ("native".into(), "False".into())
+        );
+        assert_eq!(d[1].2, "unlimited");
+        assert!(
+            d.iter()
+                .all(|l| !l.1.is_empty() && !l.2.is_empty() && !l.3.is_empty())
+        );
+    }
+
+    #[test]
+    fn keys_table_matches_the_parser() {
+        let mut table: Vec<&str> = KEYS
+            .iter()
+            .flat_map(|k| std::iter::once(k.name).chain(k.aliases.iter().copied()))
+            .collect();
+        let mut parser: Vec<&str> = GENERIC_KEYS
+            .iter()
+            .chain(&CUDA_KEYS)
+            .chain(&CACHALOT_KEYS)
+            .copied()
+            .chain([LEGACY_KEY])
+            .collect();
+        table.sort_unstable();
+        parser.sort_unstable();
+        assert_eq!(table, parser);
+        for k in KEYS {
+            assert_eq!(
+                (k.cachalot_only, k.legacy),
+                (CACHALOT_KEYS.contains(&k.name), k.name == LEGACY_KEY),
+                "{}",
+                k.name
+            );
+        }
+    }
+
+    #[test]
+    fn number_readers() {
+        assert_eq!(stoull("-1"), Ok((u64::MAX, 2, true)));
+        assert_eq!(stoull("-18446744073709551615"), Ok((1, 21, true)));
+        assert_eq!(stoull("0x30"), Ok((0, 1, false)));
+        assert_eq!(stoull("-18446744073709551616"), Err(NumError::OutOfRange));
+        assert_eq!(stoull("+-1"), Err(NumError::Invalid));
+        assert_eq!(stod("0x1.8p1"), Ok((3.0, 7)));
+        assert_eq!(stod("0xA"), Ok((10.0, 3)));
+        assert_eq!(stod("1e+"), Ok((1.0, 1)));
+        assert_eq!(stod("nan(abc").map(|v| v.1), Ok(3));
+        assert_eq!(stod("nan(a_1)x").map(|v| v.1), Ok(8));
+        assert_eq!(stod("-0x1p-1"), Ok((-0.5, 7)));
+        assert_eq!(stod("0x1.fffffffffffff8p0").map(|v| v.0), Ok(2.0)); // ties to even
+        assert_eq!(stod("0x1p1024"), Err(NumError::OutOfRange));
+        assert_eq!(reserve_spec("+.5g"), Some(ReserveSpec::GiB(0.5)));
+        assert_eq!(reserve_spec("5."), Some(ReserveSpec::Fraction(5.0)));
+        assert_eq!(reserve_spec("1e"), None);
     }
 }

@@ -119,6 +119,7 @@ const REJECTED: &[(&str, &str, &str, bool)] = &[
     ("expandable_segments_reserve_by_class:[a:0.5,,b:1]", E, OOB54, false),
     ("expandable_segments_reserve_by_class:[:0.5]", E, OOB123, false),
     ("expandable_segments_reserve_by_class:0.5", E, OOB123, false),
+    ("expandable_segments_reserve_by_class:[large_segment_size_mb:0.5]", V, LARGE, false),
     ("expandable_segments_reserve_by_class:[a:0.5", E, UNCLOSED, true),
     ("no_such_key:1", V, "Unrecognized key 'no_such_key' in CUDA allocator config.", false),
     ("max_split_size:100", V, "Unrecognized key 'max_split_size' in CUDA allocator config.", false),
@@ -187,6 +188,7 @@ const SIZES: &[(&str, u64, u64, u64)] = &[
     // Read from any token position, even inside another key's list.
     ("expandable_segments_reserve_by_class:[large_segment_size_mb:32]", u64::MAX, 32 * MIB, 32 * MIB),
     ("large_segment_size_mb:64,expandable_segments_reserve_by_class:[large_segment_size_mb:32]", u64::MAX, 32 * MIB, 32 * MIB),
+    ("expandable_segments_reserve_by_class:[large_segment_size_mb:32],large_segment_size_mb:20", u64::MAX, 20 * MIB, 20 * MIB),
     // The generic pass skips the whole list, so max_split_size_mb:10 is never checked.
     ("expandable_segments_reserve:[,max_split_size_mb:10]", u64::MAX, 20 * MIB, 20 * MIB),
     ("backend:cudaMallocAsync,max_split_size_mb:100", 100 * MIB, 20 * MIB, 20 * MIB),
@@ -771,6 +773,8 @@ fn to_pytorch_string_is_canonical_and_round_trips() {
         "pinned_num_register_threads:64,pinned_reserve_segment_size_mb:-1,pinned_max_round_threshold_mb:0,pinned_max_cached_size_mb:4",
         "pinned_use_hip_host_register:True,release_lock_on_hipmalloc:True,pinned_free_catch_all:True,graph_capture_record_stream_reuse:True,pinned_use_background_threads:True",
         "garbage_collection_threshold:2.2250738585072014e-308",
+        "expandable_segments_reserve_by_class:[large_segment_size_mb:32],large_segment_size_mb:20",
+        "large_segment_size_mb:-1,expandable_segments_reserve_by_class:[large_segment_size_mb:32]",
     ];
     for src in sources {
         let c = ok(src);
@@ -784,71 +788,6 @@ fn to_pytorch_string_is_canonical_and_round_trips() {
             "{src}"
         );
     }
-}
-
-#[test]
-fn describe_has_one_line_per_key() {
-    let d = ok("max_split_size_mb:128,roundup_power2_divisions:[256:1,>:4],expandable_segments_reserve:40G").describe();
-    assert_eq!(d.len(), KEYS.len());
-    let value = |k: &str| d.iter().find(|l| l.0 == k).unwrap().1.clone();
-    assert_eq!(value("max_split_size_mb"), "128");
-    assert_eq!(value("roundup_power2_divisions"), "[256:1,>:4]");
-    assert_eq!(value("expandable_segments_reserve"), "40G");
-    assert_eq!(
-        (value("backend"), value("research_after_flush")),
-        ("native".into(), "False".into())
-    );
-    assert_eq!(d[1].2, "unlimited");
-    assert!(
-        d.iter()
-            .all(|l| !l.1.is_empty() && !l.2.is_empty() && !l.3.is_empty())
-    );
-}
-
-#[test]
-fn keys_table_matches_the_parser() {
-    let mut table: Vec<&str> = KEYS
-        .iter()
-        .flat_map(|k| std::iter::once(k.name).chain(k.aliases.iter().copied()))
-        .collect();
-    let mut parser: Vec<&str> = GENERIC_KEYS
-        .iter()
-        .chain(&CUDA_KEYS)
-        .chain(&CACHALOT_KEYS)
-        .copied()
-        .chain([LEGACY_KEY])
-        .collect();
-    table.sort_unstable();
-    parser.sort_unstable();
-    assert_eq!(table, parser);
-    for k in KEYS {
-        assert_eq!(
-            (k.cachalot_only, k.legacy),
-            (CACHALOT_KEYS.contains(&k.name), k.name == LEGACY_KEY),
-            "{}",
-            k.name
-        );
-    }
-}
-
-#[test]
-fn number_readers() {
-    assert_eq!(stoull("-1"), Ok((u64::MAX, 2, true)));
-    assert_eq!(stoull("-18446744073709551615"), Ok((1, 21, true)));
-    assert_eq!(stoull("0x30"), Ok((0, 1, false)));
-    assert_eq!(stoull("-18446744073709551616"), Err(NumError::OutOfRange));
-    assert_eq!(stoull("+-1"), Err(NumError::Invalid));
-    assert_eq!(stod("0x1.8p1"), Ok((3.0, 7)));
-    assert_eq!(stod("0xA"), Ok((10.0, 3)));
-    assert_eq!(stod("1e+"), Ok((1.0, 1)));
-    assert_eq!(stod("nan(abc").map(|v| v.1), Ok(3));
-    assert_eq!(stod("nan(a_1)x").map(|v| v.1), Ok(8));
-    assert_eq!(stod("-0x1p-1"), Ok((-0.5, 7)));
-    assert_eq!(stod("0x1.fffffffffffff8p0").map(|v| v.0), Ok(2.0)); // ties to even
-    assert_eq!(stod("0x1p1024"), Err(NumError::OutOfRange));
-    assert_eq!(reserve_spec("+.5g"), Some(ReserveSpec::GiB(0.5)));
-    assert_eq!(reserve_spec("5."), Some(ReserveSpec::Fraction(5.0)));
-    assert_eq!(reserve_spec("1e"), None);
 }
 
 #[test]
