@@ -1,6 +1,6 @@
 //! Arguments shared by subcommands: device sizes, configurations, trace inputs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use cachalot_core::AllocConf;
@@ -118,8 +118,6 @@ pub fn load_trace(path: Option<&Path>) -> Result<(LoadedTrace, String)> {
     }
 }
 
-/// An optional trace path argument.
-pub type TracePath = Option<PathBuf>;
 
 #[cfg(test)]
 mod tests {

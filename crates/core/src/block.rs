@@ -114,7 +114,6 @@ impl Arena {
         self.vacant.push(id.0);
     }
     /// The ids of all live blocks.
-    #[cfg(any(test, feature = "check-invariants"))]
     pub fn live_ids(&self) -> Vec<BlockId> {
         let vacant: rustc_hash::FxHashSet<u32> = self.vacant.iter().copied().collect();
         (0..self.slots.len() as u32)

@@ -161,8 +161,11 @@ impl<D: Device> State<D> {
                 return 0;
             }
         }
-        let src_block = self.blocks[src].clone();
-        if src_block.mapped {
+        let (s_ptr, s_size, s_prev, s_next, s_mapped) = {
+            let s = &self.blocks[src];
+            (s.ptr, s.size, s.prev, s.next, s.mapped)
+        };
+        if s_mapped {
             let removed = self.remove_free(src);
             debug_assert!(removed, "free neighbour missing from the free set");
         } else {
@@ -170,20 +173,20 @@ impl<D: Device> State<D> {
         }
         if self.blocks[dst].prev == Some(src) {
             let d = &mut self.blocks[dst];
-            d.ptr = src_block.ptr;
-            d.prev = src_block.prev;
-            if let Some(p) = src_block.prev {
+            d.ptr = s_ptr;
+            d.prev = s_prev;
+            if let Some(p) = s_prev {
                 self.blocks[p].next = Some(dst);
             }
         } else {
             let d = &mut self.blocks[dst];
-            d.next = src_block.next;
-            if let Some(n) = src_block.next {
+            d.next = s_next;
+            if let Some(n) = s_next {
                 self.blocks[n].prev = Some(dst);
             }
         }
-        self.blocks[dst].size += src_block.size;
+        self.blocks[dst].size += s_size;
         self.blocks.remove(src);
-        src_block.size
+        s_size
     }
 }

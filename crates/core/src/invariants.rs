@@ -1,5 +1,5 @@
-//! The O(n) consistency check, run after every operation in tests (feature
-//! `check-invariants`). It recounts everything from the blocks themselves and compares:
+//! The O(n) consistency check, run after every operation by the property tests (and by every
+//! public operation with the feature `check-invariants`). It recounts everything from the blocks themselves and compares:
 //!
 //! - blocks of a segment tile it: `b.next.ptr == b.ptr + b.size`, links are symmetric, and
 //!   neighbours share stream, pool and segment;

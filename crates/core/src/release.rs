@@ -67,6 +67,12 @@ impl<D: Device> State<D> {
 
     /// Frees cached oversize blocks of the request's stream until the request could fit
     /// (`release_available_cached_blocks`). Does nothing without `max_split_size_mb`.
+    ///
+    /// Only whole classic segments are released. torch 2.15 skips expandable blocks here too;
+    /// it would also `cudaFree` a *split* oversize block, which can exist only after
+    /// expandable segments were switched on at runtime over classic segments (expandable mode
+    /// splits any remainder) — freeing the segment under its live neighbours. cachalot skips
+    /// such blocks instead.
     pub(crate) fn release_available_cached_blocks(
         &mut self,
         p: &Params,
@@ -77,10 +83,13 @@ impl<D: Device> State<D> {
         }
         let key_size = p.size.max(max_split);
         let pool = self.pool(p.pool);
-        let single = pool.at_or_after(p.stream, key_size).next().map(|(_, &id)| id);
+        let single = pool
+            .at_or_after(p.stream, key_size)
+            .next()
+            .map(|(_, &id)| id);
         if let Some(id) = single {
             let b = &self.blocks[id];
-            if b.stream == p.stream && !b.is_expandable() {
+            if b.stream == p.stream && releasable(b) {
                 self.release_block(id)?;
                 return Ok(true);
             }
@@ -93,7 +102,7 @@ impl<D: Device> State<D> {
             if planned >= key_size || b.size < max_split || b.stream != p.stream {
                 break;
             }
-            if !b.is_expandable() {
+            if releasable(b) {
                 planned += b.size;
                 victims.push(id);
             }
@@ -155,4 +164,9 @@ impl<D: Device> State<D> {
         }
         Ok(())
     }
+}
+
+/// Whether `release_available_cached_blocks` may return this free block to the device.
+fn releasable(b: &crate::block::Block) -> bool {
+    !b.is_expandable() && !b.is_split()
 }

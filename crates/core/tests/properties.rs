@@ -1,6 +1,5 @@
 //! Property tests: random operation sequences on the simulated device, with the invariant
-//! checker run after every operation (the `check-invariants` feature is on for this crate's
-//! tests) and a shadow model of what users hold.
+//! checker run after every operation and a shadow model of what users hold.
 
 use cachalot_core::{AllocConf, AllocError, CachingAllocator, StreamId};
 use cachalot_sim::{SimConfig, SimDevice};
@@ -10,9 +9,17 @@ const MIB: u64 = 1 << 20;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Malloc { size: u64, stream: u64 },
-    Free { pick: usize },
-    RecordStream { pick: usize, stream: u64 },
+    Malloc {
+        size: u64,
+        stream: u64,
+    },
+    Free {
+        pick: usize,
+    },
+    RecordStream {
+        pick: usize,
+        stream: u64,
+    },
     EmptyCache,
     /// Switch expandable segments on or off at runtime (torch's `_set_allocator_settings`).
     SetExpandable(bool),
@@ -81,7 +88,12 @@ impl Shadow {
     }
 }
 
-fn run(conf: AllocConf, capacity: u64, event_delay: u32, ops: Vec<Op>) -> Result<(), TestCaseError> {
+fn run(
+    conf: AllocConf,
+    capacity: u64,
+    event_delay: u32,
+    ops: Vec<Op>,
+) -> Result<(), TestCaseError> {
     let sim = SimDevice::new(SimConfig {
         event_delay,
         ..SimConfig::with_capacity(capacity)
@@ -122,6 +134,7 @@ fn run(conf: AllocConf, capacity: u64, event_delay: u32, ops: Vec<Op>) -> Result
             Op::SetFraction(f) => alloc.set_memory_fraction(f).unwrap(),
             Op::ResetPeak => alloc.reset_peak_stats(),
         }
+        alloc.check_invariants().map_err(TestCaseError::fail)?;
         shadow.check_disjoint().map_err(TestCaseError::fail)?;
         let s = alloc.stats();
         prop_assert_eq!(s.allocation.all().current as usize, shadow.live.len());
@@ -147,8 +160,13 @@ fn run(conf: AllocConf, capacity: u64, event_delay: u32, ops: Vec<Op>) -> Result
     let s = alloc.stats();
     prop_assert_eq!(s.allocated_bytes.all().current, 0);
     prop_assert_eq!(s.active.all().current, 0);
-    prop_assert_eq!(s.reserved_bytes.all().current, 0, "empty_cache after freeing everything releases every byte");
+    prop_assert_eq!(
+        s.reserved_bytes.all().current,
+        0,
+        "empty_cache after freeing everything releases every byte"
+    );
     prop_assert_eq!(alloc.with_device(|d| d.phys_used()), 0);
+    alloc.check_invariants().map_err(TestCaseError::fail)?;
     Ok(())
 }
 
@@ -168,11 +186,22 @@ proptest! {
 
 #[test]
 fn bad_inputs_get_errors_and_leave_the_allocator_consistent() {
-    let alloc = CachingAllocator::new(AllocConf::default(), SimDevice::new(SimConfig::default())).unwrap();
+    let alloc =
+        CachingAllocator::new(AllocConf::default(), SimDevice::new(SimConfig::default())).unwrap();
     let p = alloc.malloc(1000, StreamId(0)).unwrap();
-    assert_eq!(alloc.malloc(0, StreamId(0)).unwrap(), 0, "zero bytes: no pointer");
-    assert!(matches!(alloc.free(p + 512), Err(AllocError::InvalidPointer { .. })));
-    assert!(matches!(alloc.record_stream(12345, StreamId(1)), Err(AllocError::InvalidPointer { .. })));
+    assert_eq!(
+        alloc.malloc(0, StreamId(0)).unwrap(),
+        0,
+        "zero bytes: no pointer"
+    );
+    assert!(matches!(
+        alloc.free(p + 512),
+        Err(AllocError::InvalidPointer { .. })
+    ));
+    assert!(matches!(
+        alloc.record_stream(12345, StreamId(1)),
+        Err(AllocError::InvalidPointer { .. })
+    ));
     for huge in [u64::MAX, u64::MAX - 1, u64::MAX - 511] {
         let e = alloc.malloc(huge, StreamId(0)).unwrap_err();
         assert!(matches!(e, AllocError::InvalidSize { .. }), "{e}");
@@ -180,7 +209,11 @@ fn bad_inputs_get_errors_and_leave_the_allocator_consistent() {
     }
     // 1 EiB is representable: it is an ordinary out-of-memory, with torch's text.
     let e = alloc.malloc(1 << 60, StreamId(0)).unwrap_err();
-    assert!(e.to_string().starts_with("CUDA out of memory. Tried to allocate 1073741824.00 GiB."), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("CUDA out of memory. Tried to allocate 1073741824.00 GiB."),
+        "{e}"
+    );
     let s = alloc.stats();
     assert_eq!(s.allocation.all().current, 1);
     assert_eq!(s.num_ooms, 1);
@@ -201,52 +234,141 @@ fn worked_examples_of_the_spec() {
         (13 * MIB + 1, 14 * MIB, 14 * MIB),
     ];
     for (req, block, segment) in cases {
-        let alloc = CachingAllocator::new(AllocConf::default(), SimDevice::new(SimConfig::default())).unwrap();
+        let alloc =
+            CachingAllocator::new(AllocConf::default(), SimDevice::new(SimConfig::default()))
+                .unwrap();
         alloc.malloc(req, StreamId(0)).unwrap();
         let s = alloc.stats();
-        assert_eq!(s.allocated_bytes.all().current as u64, block, "request {req}");
-        assert_eq!(s.reserved_bytes.all().current as u64, segment, "request {req}");
+        assert_eq!(
+            s.allocated_bytes.all().current as u64,
+            block,
+            "request {req}"
+        );
+        assert_eq!(
+            s.reserved_bytes.all().current as u64,
+            segment,
+            "request {req}"
+        );
         assert_eq!(s.requested_bytes.all().current as u64, req);
     }
 }
 
 #[test]
 fn free_then_empty_cache_follows_the_stats_of_the_spec() {
-    let alloc = CachingAllocator::new(AllocConf::default(), SimDevice::new(SimConfig::default())).unwrap();
+    let alloc =
+        CachingAllocator::new(AllocConf::default(), SimDevice::new(SimConfig::default())).unwrap();
     alloc.record_history(Some(100));
     let x = alloc.malloc(3 * MIB, StreamId(0)).unwrap();
     let s = alloc.stats();
-    assert_eq!((s.segment.all().current, s.inactive_split.all().current), (1, 1));
+    assert_eq!(
+        (s.segment.all().current, s.inactive_split.all().current),
+        (1, 1)
+    );
     assert_eq!(s.inactive_split_bytes.all().current as u64, 17 * MIB);
     alloc.free(x).unwrap();
     let s = alloc.stats();
-    assert_eq!((s.inactive_split.all().current, s.reserved_bytes.all().current as u64), (0, 20 * MIB));
+    assert_eq!(
+        (
+            s.inactive_split.all().current,
+            s.reserved_bytes.all().current as u64
+        ),
+        (0, 20 * MIB)
+    );
     alloc.empty_cache().unwrap();
     let s = alloc.stats();
-    assert_eq!((s.num_sync_all_streams, s.num_device_free, s.segment.all().current), (1, 1, 0));
+    assert_eq!(
+        (
+            s.num_sync_all_streams,
+            s.num_device_free,
+            s.segment.all().current
+        ),
+        (1, 1, 0)
+    );
     let actions: Vec<&str> = alloc.history().iter().map(|e| e.action.name()).collect();
-    assert_eq!(actions, ["segment_alloc", "alloc", "free_requested", "free_completed", "segment_free"]);
+    assert_eq!(
+        actions,
+        [
+            "segment_alloc",
+            "alloc",
+            "free_requested",
+            "free_completed",
+            "segment_free"
+        ]
+    );
 }
 
 #[test]
 fn record_stream_delays_reuse_until_the_event_completes() {
-    let sim = SimDevice::new(SimConfig { event_delay: 1, ..SimConfig::default() });
+    let sim = SimDevice::new(SimConfig {
+        event_delay: 1,
+        ..SimConfig::default()
+    });
     let alloc = CachingAllocator::new(AllocConf::default(), sim).unwrap();
     let a = alloc.malloc(3 * MIB, StreamId(0)).unwrap();
     alloc.record_stream(a, StreamId(7)).unwrap();
     alloc.free(a).unwrap();
     let s = alloc.stats();
     assert_eq!(s.allocation.all().current, 0, "allocation drops at free");
-    assert_eq!(s.active.all().current, 1, "still active while the event is pending");
+    assert_eq!(
+        s.active.all().current,
+        1,
+        "still active while the event is pending"
+    );
     // The pending block cannot be reused: the next request carves a different block.
     let b = alloc.malloc(3 * MIB, StreamId(0)).unwrap();
     assert_ne!(a, b);
     // Each malloc polls the event once; on the second poll it has completed.
     let c = alloc.malloc(512, StreamId(0)).unwrap();
     let s = alloc.stats();
-    assert_eq!(s.active.all().current, 2, "the pending block went back to the pool");
+    assert_eq!(
+        s.active.all().current,
+        2,
+        "the pending block went back to the pool"
+    );
     alloc.free(b).unwrap();
     alloc.free(c).unwrap();
     alloc.empty_cache().unwrap();
     assert_eq!(alloc.stats().reserved_bytes.all().current, 0);
+}
+
+#[test]
+fn spurious_oom_after_flush_is_torchs_and_research_after_flush_fixes_it() {
+    // One 20 MiB segment on a 20 MiB device: a | b | c | rest, 5 MiB each. `b` is freed while
+    // another stream still uses it (pending event); `c` is freed and merges with `rest`. A
+    // 12 MiB request misses the cache (10 MiB free), the device is full, and the last-resort
+    // flush synchronizes the event: `b` merges into a 15 MiB free block that `a` keeps
+    // non-releasable. torch then retries only the device, not the pool, and raises OOM.
+    let scenario = |research: bool| {
+        let sim = SimDevice::new(SimConfig {
+            event_delay: 100,
+            ..SimConfig::with_capacity(20 * MIB)
+        });
+        let mut conf = AllocConf::default();
+        conf.cachalot.research_after_flush = research;
+        let alloc = CachingAllocator::new(conf, sim).unwrap();
+        let _a = alloc.malloc(5 * MIB, StreamId(0)).unwrap();
+        let b = alloc.malloc(5 * MIB, StreamId(0)).unwrap();
+        let c = alloc.malloc(5 * MIB, StreamId(0)).unwrap();
+        alloc.record_stream(b, StreamId(3)).unwrap();
+        alloc.free(b).unwrap();
+        alloc.free(c).unwrap();
+        let r = alloc.malloc(12 * MIB, StreamId(0));
+        (r, alloc.stats())
+    };
+    let (torch, stats) = scenario(false);
+    assert!(
+        matches!(torch, Err(AllocError::OutOfMemory(_))),
+        "{torch:?}"
+    );
+    assert_eq!(
+        (
+            stats.num_alloc_retries,
+            stats.num_ooms,
+            stats.num_sync_all_streams
+        ),
+        (1, 1, 1)
+    );
+    let (fixed, stats) = scenario(true);
+    assert!(fixed.is_ok(), "{fixed:?}");
+    assert_eq!((stats.num_ooms, stats.num_device_alloc), (0, 1));
 }

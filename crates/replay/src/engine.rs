@@ -226,7 +226,7 @@ pub fn replay(trace: &LoadedTrace, opts: &ReplayOptions) -> Result<ReplayReport,
     // whose free lies beyond an early stop is not counted.
     let stats = alloc.stats();
     let mem_info_at_end = alloc
-        .with_device(|d| cachalot_core::Device::mem_get_info(d))
+        .with_device(cachalot_core::Device::mem_get_info)
         .map_err(|e| ReplayError {
             line: 0,
             source: e.into(),
