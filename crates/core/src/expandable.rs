@@ -112,7 +112,12 @@ impl<D: Device> State<D> {
         } else {
             self.conf.large_segment_size
         };
-        let want = self.device_total + self.device_total / 8;
+        // 1⅛ × device memory, unless `expandable_segments_reserve` asks for less.
+        let full = self.device_total + self.device_total / 8;
+        let want = match self.conf.expandable_segments_reserve {
+            Some(spec) => spec.resolve_bytes(self.device_total).min(full),
+            None => full,
+        };
         let max_pages = want.div_ceil(page);
         let ptr = self.device.address_reserve(page * max_pages)?;
         let seg = ExpandableSegment {

@@ -372,3 +372,47 @@ fn spurious_oom_after_flush_is_torchs_and_research_after_flush_fixes_it() {
     assert!(fixed.is_ok(), "{fixed:?}");
     assert_eq!((stats.num_ooms, stats.num_device_alloc), (0, 1));
 }
+
+#[test]
+fn threads_share_one_allocator_safely() {
+    use std::sync::Arc;
+    let alloc = Arc::new(
+        CachingAllocator::new(
+            AllocConf::default(),
+            SimDevice::new(SimConfig::with_capacity(32 << 30)),
+        )
+        .unwrap(),
+    );
+    let handles: Vec<_> = (0..4u64)
+        .map(|t| {
+            let alloc = Arc::clone(&alloc);
+            std::thread::spawn(move || {
+                let mut live = Vec::new();
+                for i in 0..1500u64 {
+                    let size = 1 + (i * 7919 + t * 104_729) % (3 * MIB);
+                    live.push(alloc.malloc(size, StreamId(t % 2)).unwrap());
+                    if i % 3 == 2 {
+                        let p = live.swap_remove((i as usize * 31) % live.len());
+                        alloc.free(p).unwrap();
+                    }
+                }
+                live
+            })
+        })
+        .collect();
+    let mut all: Vec<u64> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    let n = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), n, "no address handed out twice");
+    alloc.check_invariants().unwrap();
+    assert_eq!(alloc.stats().allocation.all().current as usize, n);
+    for p in all {
+        alloc.free(p).unwrap();
+    }
+    alloc.empty_cache().unwrap();
+    assert_eq!(alloc.stats().reserved_bytes.all().current, 0);
+}
