@@ -118,7 +118,6 @@ pub fn load_trace(path: Option<&Path>) -> Result<(LoadedTrace, String)> {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,8 @@
 //! - the free set holds exactly the free mapped blocks, under their current key; the unmapped
 //!   set exactly the unmapped blocks; the address map exactly the allocated blocks;
 //! - reserved bytes = classic segment bytes + mapped expandable pages = `total_allocated_memory`;
+//! - in an expandable segment, a page has a physical handle iff mapped blocks cover it, and
+//!   the blocks of the segment tile its whole reservation;
 //! - every statistic's `current` equals its recount.
 
 use std::collections::BTreeSet;
@@ -196,8 +198,70 @@ impl<D: Device> State<D> {
                 "expandable: mapped blocks cover {expandable_blocks_mapped} bytes, pages hold {expandable_mapped}"
             ));
         }
+        self.check_expandable_pages()?;
         if self.active_count as i64 != active[0] + active[1] {
             return Err("active block count drifted".into());
+        }
+        Ok(())
+    }
+}
+
+impl<D: Device> State<D> {
+    /// Each live expandable segment: its blocks tile the reservation from its base, and a page
+    /// holds a physical handle iff a mapped block covers it.
+    fn check_expandable_pages(&self) -> Result<(), String> {
+        for (index, seg) in self.expandable.iter().enumerate() {
+            let Some(seg) = seg else { continue };
+            let heads: Vec<BlockId> = self
+                .blocks
+                .live_ids()
+                .into_iter()
+                .filter(|&id| {
+                    let b = &self.blocks[id];
+                    b.expandable as usize == index && b.prev.is_none()
+                })
+                .collect();
+            let [head] = heads[..] else {
+                return Err(format!(
+                    "expandable segment {index} has {} head blocks",
+                    heads.len()
+                ));
+            };
+            let mut at = seg.ptr;
+            let mut cur = Some(head);
+            while let Some(id) = cur {
+                let b = &self.blocks[id];
+                if b.ptr != at {
+                    return Err(format!(
+                        "expandable segment {index}: gap before {:#x}",
+                        b.ptr
+                    ));
+                }
+                if !b.mapped
+                    && (!(b.ptr - seg.ptr).is_multiple_of(seg.page)
+                        || !b.size.is_multiple_of(seg.page))
+                {
+                    return Err(format!("unmapped block {:#x} is not page-aligned", b.ptr));
+                }
+                let first = (b.ptr - seg.ptr) / seg.page;
+                let last = (b.ptr - seg.ptr + b.size).div_ceil(seg.page);
+                for page in first..last {
+                    let has = seg.handles.get(page as usize).is_some_and(Option::is_some);
+                    if has != b.mapped {
+                        return Err(format!(
+                            "expandable segment {index}: page {page} mapped={has} under a block with mapped={}",
+                            b.mapped
+                        ));
+                    }
+                }
+                at = b.ptr + b.size;
+                cur = b.next;
+            }
+            if at != seg.ptr + seg.size() {
+                return Err(format!(
+                    "expandable segment {index}: blocks end at {at:#x}, not at the reservation's end"
+                ));
+            }
         }
         Ok(())
     }

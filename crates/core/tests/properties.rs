@@ -416,3 +416,37 @@ fn threads_share_one_allocator_safely() {
     alloc.empty_cache().unwrap();
     assert_eq!(alloc.stats().reserved_bytes.all().current, 0);
 }
+
+#[test]
+fn a_failed_page_map_unwinds_and_the_retry_ladder_goes_on() {
+    use cachalot_sim::Op;
+    // 70 MiB device, 20 MiB pages: 30 MiB maps two pages (40 MiB), leaving 10 MiB free at
+    // the end. A 35 MiB request needs two more pages; the first is created (60 MiB), the
+    // second does not fit.
+    let mut sim = SimDevice::new(SimConfig::with_capacity(70 * MIB));
+    sim.enable_log();
+    let conf = AllocConf {
+        expandable_segments: true,
+        ..AllocConf::default()
+    };
+    let alloc = CachingAllocator::new(conf, sim).unwrap();
+    let _a = alloc.malloc(30 * MIB, StreamId(0)).unwrap();
+    let before = alloc.stats();
+    let e = alloc.malloc(35 * MIB, StreamId(0)).unwrap_err();
+    assert!(matches!(e, AllocError::OutOfMemory(_)));
+    alloc.check_invariants().unwrap();
+    let after = alloc.stats();
+    assert_eq!(
+        after.reserved_bytes, before.reserved_bytes,
+        "nothing half-mapped"
+    );
+    assert_eq!(after.allocated_bytes, before.allocated_bytes);
+    assert_eq!((after.num_alloc_retries, after.num_ooms), (1, 1));
+    assert_eq!(alloc.with_device(|d| d.phys_used()), 40 * MIB);
+    let log = alloc.with_device(|d| d.take_log());
+    let ops: Vec<(Op, u32)> = log.iter().skip(5).map(|e| (e.op, e.result)).collect();
+    // First attempt: create ok, create fails, release the one created; the retry after the
+    // flush does the same.
+    let attempt = [(Op::MemCreate, 0), (Op::MemCreate, 2), (Op::MemRelease, 0)];
+    assert_eq!(ops, [attempt, attempt].concat());
+}
