@@ -23,6 +23,15 @@ enum Command {
     Replay(cmd::replay::Args),
     /// Parse an allocator configuration and print what every option means.
     Config(cmd::config::Args),
+    /// Write any supported input (torch snapshot pickle or JSON, RMM CSV) as an RMM CSV trace.
+    Convert(cmd::convert::Args),
+    /// Explain the out-of-memory recorded in a torch snapshot, in numbers, and which option
+    /// avoids it.
+    Explain(cmd::explain::Args),
+    /// Which PYTORCH_CUDA_ALLOC_CONF for this trace on this GPU: search and rank configurations.
+    Tune(cmd::tune::Args),
+    /// Compare configurations on a trace: peaks, minimum capacity, OOMs, retries, device calls.
+    Compare(cmd::compare::Args),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +39,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Replay(a) => cmd::replay::run(a),
         Command::Config(a) => cmd::config::run(a),
+        Command::Convert(a) => cmd::convert::run(a),
+        Command::Explain(a) => cmd::explain::run(a),
+        Command::Tune(a) => cmd::tune::run(a),
+        Command::Compare(a) => cmd::compare::run(a),
     };
     match result {
         Ok(code) => code,

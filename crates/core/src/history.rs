@@ -59,8 +59,9 @@ pub struct TraceEntry {
     pub stream: StreamId,
     /// Free device bytes (oom entries only).
     pub device_free: u64,
-    /// Position of the entry in the whole history (0 = first entry ever recorded); a stand-in
-    /// clock for `time_us`.
+    /// Position of the entry in the whole history (0 = first entry ever recorded). Snapshots
+    /// report it as `time_us`: a virtual clock, one tick per entry (torch writes wall-clock
+    /// microseconds there), so it is deterministic and strictly increasing.
     pub seq: u64,
 }
 

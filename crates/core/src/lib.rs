@@ -46,7 +46,7 @@ pub use cachalot_device::{Device, DeviceError, MemInfo, StreamId};
 pub use config::{AllocConf, Backend, CachalotOptions};
 pub use history::{History, TraceAction, TraceEntry};
 pub use oom::{AllocError, OomReport, format_size};
-pub use snapshot::{BlockInfo, BlockState, SegmentInfo};
+pub use snapshot::{BlockInfo, BlockState, MemorySnapshot, SegmentInfo};
 pub use stats::{DeviceStats, Stat, StatArray, StatType};
 
 use state::State;
@@ -163,9 +163,16 @@ impl<D: Device> CachingAllocator<D> {
         self.lock().conf.clone()
     }
 
-    /// All segments and their blocks, by address (`torch.cuda.memory_snapshot()`).
+    /// All segments and their blocks, by address (`torch.cuda.memory_snapshot()`). As in
+    /// torch, taking it records a `snapshot` history entry when recording is on.
     pub fn segments(&self) -> Vec<SegmentInfo> {
-        self.lock().segments()
+        self.lock().snapshot_segments()
+    }
+
+    /// The history and the segments (`torch.cuda.memory._snapshot()`), in torch's order:
+    /// the history is copied first, then the snapshot's own `snapshot` entry is recorded.
+    pub fn snapshot(&self) -> MemorySnapshot {
+        self.lock().memory_snapshot()
     }
 
     /// Starts keeping a history of at most `max_entries` entries (`_record_memory_history`);

@@ -4,6 +4,7 @@
 use cachalot_device::{Device, StreamId};
 
 use crate::block::BlockId;
+use crate::history::{TraceAction, TraceEntry};
 use crate::state::State;
 
 /// The state of one block.
@@ -65,7 +66,46 @@ pub struct SegmentInfo {
     pub blocks: Vec<BlockInfo>,
 }
 
+/// What `torch.cuda.memory._snapshot()` returns for one device: the recorded history and
+/// the segments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemorySnapshot {
+    /// The device ordinal.
+    pub device: u32,
+    /// All segments and their blocks, by address.
+    pub segments: Vec<SegmentInfo>,
+    /// The recorded history, oldest first (empty when recording is off). As in torch, it is
+    /// copied before the snapshot's own `snapshot` entry is recorded, so that entry appears
+    /// only in the next snapshot.
+    pub trace: Vec<TraceEntry>,
+}
+
 impl<D: Device> State<D> {
+    /// torch's `snapshot()`: the segments, then a `snapshot` history entry (size = active
+    /// bytes) when recording.
+    pub fn snapshot_segments(&mut self) -> Vec<SegmentInfo> {
+        let segments = self.segments();
+        if self.history.is_some() {
+            let active: u64 = segments.iter().map(|s| s.active_size).sum();
+            self.record(TraceAction::Snapshot, 0, active, StreamId(0));
+        }
+        segments
+    }
+
+    /// torch's `NativeCachingAllocator::snapshot`: the history first, then the segments.
+    pub fn memory_snapshot(&mut self) -> MemorySnapshot {
+        let trace = self
+            .history
+            .as_ref()
+            .map(|h| h.entries().copied().collect())
+            .unwrap_or_default();
+        MemorySnapshot {
+            device: self.device_index,
+            segments: self.snapshot_segments(),
+            trace,
+        }
+    }
+
     /// All segments, sorted by address.
     pub fn segments(&self) -> Vec<SegmentInfo> {
         let mut heads: Vec<BlockId> = Vec::new();
@@ -133,5 +173,39 @@ impl<D: Device> State<D> {
                 seg
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cachalot_device::StreamId;
+    use cachalot_sim::{SimConfig, SimDevice};
+
+    use crate::{AllocConf, CachingAllocator, TraceAction};
+
+    #[test]
+    fn a_snapshot_entry_shows_in_the_next_snapshot_as_in_torch() {
+        let a = CachingAllocator::new(AllocConf::default(), SimDevice::new(SimConfig::default()))
+            .unwrap();
+        a.record_history(Some(100));
+        let p = a.malloc(3 << 20, StreamId::DEFAULT).unwrap();
+        let first = a.snapshot();
+        let actions: Vec<TraceAction> = first.trace.iter().map(|e| e.action).collect();
+        assert_eq!(actions, [TraceAction::SegmentAlloc, TraceAction::Alloc]);
+        assert_eq!(first.segments.len(), 1);
+        a.free(p).unwrap();
+        let second = a.snapshot();
+        let e = second.trace[2];
+        assert_eq!(
+            (e.action, e.addr, e.size),
+            (TraceAction::Snapshot, 0, 3 << 20)
+        );
+        assert_eq!(second.trace.len(), 5); // + free_requested, free_completed
+        // memory_snapshot() (segments) records one too; with history off nothing is kept.
+        let _ = a.segments();
+        assert_eq!(a.history().last().unwrap().size, 0);
+        a.record_history(None);
+        let _ = a.segments();
+        assert!(a.history().is_empty());
     }
 }

@@ -4,11 +4,13 @@
 //! out-of-memory is counted and its later free skipped; zero-size allocations return no
 //! pointer. Each device call is tagged with the trace line being replayed.
 
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use cachalot_core::{
-    AllocConf, AllocError, CachingAllocator, DeviceStats, MemInfo, OomReport, StreamId,
+    AllocConf, AllocError, CachingAllocator, DeviceStats, MemInfo, MemorySnapshot, OomReport,
+    StreamId,
 };
 use cachalot_sim::{LogEntry, SimConfig, SimCounters, SimDevice};
 
@@ -33,6 +35,11 @@ pub struct ReplayOptions {
     pub stop_at_first_oom: bool,
     /// Record (op index, allocated, reserved) every this many operations; 0 = never.
     pub sample_every: usize,
+    /// Record the allocator's history (`_record_memory_history`) in a ring of this many
+    /// entries; `None` = off.
+    pub history_entries: Option<usize>,
+    /// Take a memory snapshot (history and segments) where the replay ends.
+    pub snapshot_at_end: bool,
 }
 
 impl Default for ReplayOptions {
@@ -46,6 +53,8 @@ impl Default for ReplayOptions {
             empty_cache_at_end: false,
             stop_at_first_oom: false,
             sample_every: 0,
+            history_entries: None,
+            snapshot_at_end: false,
         }
     }
 }
@@ -123,6 +132,9 @@ pub struct ReplayReport {
     pub samples: Vec<Sample>,
     /// State after the end-of-trace cleanup, if asked for.
     pub after_empty_cache: Option<AfterEmptyCache>,
+    /// The memory snapshot where the replay ended, if asked for
+    /// ([`ReplayOptions::snapshot_at_end`]).
+    pub snapshot: Option<MemorySnapshot>,
 }
 
 impl ReplayReport {
@@ -147,8 +159,48 @@ pub struct ReplayError {
     pub source: AllocError,
 }
 
+/// What a [`replay_with_hook`] hook sees after an operation.
+#[derive(Debug)]
+pub struct Progress<'a> {
+    /// Index of the operation just replayed.
+    pub op_index: usize,
+    /// The allocator's statistics now.
+    pub stats: &'a DeviceStats,
+    /// The device's counters now.
+    pub device: &'a SimCounters,
+    /// Out-of-memory errors so far.
+    pub ooms: u64,
+    /// Whether the operation just replayed failed with out-of-memory.
+    pub oom_now: bool,
+}
+
+/// A callback run during a replay; `ControlFlow::Break` stops the replay there.
+pub type ReplayHook<'h> = dyn FnMut(&Progress<'_>) -> ControlFlow<()> + 'h;
+
 /// Replays `trace` under `opts`.
 pub fn replay(trace: &LoadedTrace, opts: &ReplayOptions) -> Result<ReplayReport, ReplayError> {
+    replay_inner(trace, opts, None)
+}
+
+/// Replays like [`replay`], calling `hook` after every `every`-th operation (operation indices
+/// 0, `every`, 2 × `every`, …; `every` = 0 means never) and after every operation that fails
+/// with out-of-memory. When the hook returns `ControlFlow::Break`, the replay stops there and
+/// the report says [`ReplayReport::stopped_early`]. The advisor uses it to cut short replays
+/// that can no longer beat the best candidate, and to record timelines.
+pub fn replay_with_hook(
+    trace: &LoadedTrace,
+    opts: &ReplayOptions,
+    every: usize,
+    hook: &mut ReplayHook<'_>,
+) -> Result<ReplayReport, ReplayError> {
+    replay_inner(trace, opts, Some((every, hook)))
+}
+
+fn replay_inner(
+    trace: &LoadedTrace,
+    opts: &ReplayOptions,
+    mut hook: Option<(usize, &mut ReplayHook<'_>)>,
+) -> Result<ReplayReport, ReplayError> {
     let mut device = SimDevice::new(opts.sim.clone());
     if opts.log_segments {
         device.enable_log();
@@ -156,6 +208,9 @@ pub fn replay(trace: &LoadedTrace, opts: &ReplayOptions) -> Result<ReplayReport,
     let tag = device.tag_handle();
     let alloc = CachingAllocator::new(opts.conf.clone(), device)
         .map_err(|source| ReplayError { line: 0, source })?;
+    if opts.history_entries.is_some() {
+        alloc.record_history(opts.history_entries);
+    }
     let mut ptrs = vec![0u64; trace.slots as usize];
     let mut failed = vec![false; trace.slots as usize];
     let mut ooms = OomSummary::default();
@@ -166,6 +221,7 @@ pub fn replay(trace: &LoadedTrace, opts: &ReplayOptions) -> Result<ReplayReport,
     let start = Instant::now();
     for (i, op) in trace.ops.iter().enumerate() {
         events += 1;
+        let ooms_before = ooms.count;
         if opts.log_segments {
             tag.store(op.line() as i64, Ordering::Relaxed);
         }
@@ -220,6 +276,25 @@ pub fn replay(trace: &LoadedTrace, opts: &ReplayOptions) -> Result<ReplayReport,
                 reserved: s.reserved_bytes.all().current as u64,
             }));
         }
+        if let Some((every, hook)) = hook.as_mut() {
+            let oom_now = ooms.count > ooms_before;
+            if oom_now || (*every > 0 && i % *every == 0) {
+                let device = alloc.with_device(|d| d.counters().clone());
+                let flow = alloc.with_stats(|stats| {
+                    hook(&Progress {
+                        op_index: i,
+                        stats,
+                        device: &device,
+                        ooms: ooms.count,
+                        oom_now,
+                    })
+                });
+                if flow.is_break() {
+                    stopped_early = true;
+                    break;
+                }
+            }
+        }
     }
     let wall_ns = start.elapsed().as_nanos();
     // Skipped frees are counted by the trace, not by what was replayed: an OOM'd allocation
@@ -231,6 +306,7 @@ pub fn replay(trace: &LoadedTrace, opts: &ReplayOptions) -> Result<ReplayReport,
             line: 0,
             source: e.into(),
         })?;
+    let snapshot = opts.snapshot_at_end.then(|| alloc.snapshot());
     let after_empty_cache = if opts.empty_cache_at_end {
         tag.store(-1, Ordering::Relaxed);
         for p in ptrs.iter().copied().filter(|&p| p != 0) {
@@ -263,5 +339,6 @@ pub fn replay(trace: &LoadedTrace, opts: &ReplayOptions) -> Result<ReplayReport,
         stopped_early,
         samples,
         after_empty_cache,
+        snapshot,
     })
 }

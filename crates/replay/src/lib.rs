@@ -2,14 +2,23 @@
 //!
 //! - [`load`]: a trace file into replayable operations ([`LoadedTrace`]), with the oracle's
 //!   rules for unmatched frees, duplicate ids and zero sizes;
+//! - [`input`]: any supported input (RMM CSV, torch snapshot pickle or JSON), detected by
+//!   content ([`load_input`]);
 //! - [`engine`]: the replay itself ([`replay`]), returning a [`ReplayReport`];
+//! - [`diagnose`]: why a replay ran out of memory, and which option avoids it (replayed);
 //! - [`report`]: the report as the oracle's JSON, its `--segments` CSV, and a readable summary.
 
 #![forbid(unsafe_code)]
 
+pub mod diagnose;
 pub mod engine;
+pub mod input;
 pub mod load;
 pub mod report;
 
-pub use engine::{OomEvent, OomSummary, ReplayError, ReplayOptions, ReplayReport, Sample, replay};
+pub use engine::{
+    OomEvent, OomSummary, Progress, ReplayError, ReplayHook, ReplayOptions, ReplayReport, Sample,
+    replay, replay_with_hook,
+};
+pub use input::{LoadError, LoadOptions, LoadedInput, load_input};
 pub use load::{LoadedTrace, TraceBuilder, TraceOp, TraceStats, load_bytes, load_path, load_rmm};

@@ -146,9 +146,11 @@ impl TraceBuilder {
     }
 }
 
-/// Reads a trace file into memory, whatever its format (today: RMM CSV, plain or gzip).
-pub fn load_path(path: &Path) -> Result<LoadedTrace, TraceError> {
-    load_rmm(path)
+/// Reads a trace file into memory, whatever its format, detected by content: RMM CSV or a
+/// torch memory snapshot (pickle or JSON), plain or gzip. A snapshot with history on several
+/// devices needs [`crate::input::load_input`] with a device.
+pub fn load_path(path: &Path) -> Result<LoadedTrace, crate::input::LoadError> {
+    crate::input::load_input(path, &crate::input::LoadOptions::default()).map(|l| l.trace)
 }
 
 /// Reads a trace held in memory (plain or gzip).

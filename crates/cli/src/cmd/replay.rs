@@ -1,22 +1,25 @@
 //! `cachalot replay`: a trace through the allocator on the simulated device.
 
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use cachalot_replay::diagnose::diagnose;
 use cachalot_replay::report::{ReportMeta, report_json, summary_text, write_segments};
-use cachalot_replay::{ReplayOptions, replay};
+use cachalot_replay::{LoadOptions, LoadedInput, ReplayOptions, load_input, replay};
 use cachalot_sim::SimConfig;
+use cachalot_torchfmt::{Snapshot, memory_stats_json, memory_summary, write_pickle};
 
 use crate::args::{load_trace, parse_size, print_warnings, resolve_conf};
 
 /// Arguments of `cachalot replay`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The trace: RMM memory-log CSV (plain or gzip). Without it, a bundled GPT-2 training
-    /// trace is replayed.
+    /// The trace: an RMM memory-log CSV, or a torch memory snapshot (pickle or its JSON
+    /// form), plain or gzip; the format is read from the content. Without it, a bundled GPT-2
+    /// training trace is replayed.
     trace: Option<PathBuf>,
     /// Allocator configuration (PYTORCH_CUDA_ALLOC_CONF grammar). Default: read the
     /// environment as PyTorch does.
@@ -25,38 +28,100 @@ pub struct Args {
     /// Device memory, e.g. 24G, 512M or bytes.
     #[arg(long, default_value = "80G", value_parser = parse_size)]
     capacity: u64,
-    /// Print the oracle-compatible JSON object instead of the summary.
+    /// Print the oracle-compatible JSON object (with `memory_stats`) instead of the summary.
     #[arg(long)]
     json: bool,
+    /// Also print torch's `memory_summary()` table at the end of the replay.
+    #[arg(long)]
+    summary: bool,
     /// Write every device call to FILE as CSV (the oracle's --segments format).
     #[arg(long, value_name = "FILE")]
     segments: Option<PathBuf>,
+    /// Write a torch memory snapshot (history and segments) where the replay ends to FILE,
+    /// as the pickle `torch.cuda.memory._dump_snapshot()` writes (memory_viz opens it).
+    #[arg(long, value_name = "FILE")]
+    snapshot: Option<PathBuf>,
+    /// Keep at most N history entries in the snapshot (torch's `max_entries`).
+    #[arg(long, value_name = "N", default_value_t = usize::MAX, hide_default_value = true)]
+    history_entries: usize,
+    /// Stop at the first out-of-memory (a --snapshot is then taken there).
+    #[arg(long)]
+    stop_at_oom: bool,
+    /// For a snapshot with history on several devices: the device to replay.
+    #[arg(long, value_name = "N")]
+    device: Option<u32>,
     /// Replay every event on the default stream.
     #[arg(long)]
     ignore_streams: bool,
     /// Keep at most N OOM messages.
     #[arg(long, default_value_t = 5, value_name = "N")]
     max_oom_messages: usize,
+    /// Do not explain out-of-memory errors (explaining replays the trace once more per
+    /// candidate option).
+    #[arg(long)]
+    no_explain: bool,
+}
+
+/// Loads the trace argument (any supported format), or the bundled trace.
+fn load(a: &Args) -> Result<(LoadedInput, String)> {
+    match &a.trace {
+        Some(p) => {
+            if !p.exists() {
+                anyhow::bail!("trace file {} does not exist", p.display());
+            }
+            let input = load_input(p, &LoadOptions { device: a.device })?;
+            Ok((input, p.display().to_string()))
+        }
+        None => {
+            let (trace, name) = load_trace(None)?;
+            Ok((
+                LoadedInput {
+                    trace,
+                    kind: cachalot_replay::input::InputKind::RmmCsv,
+                },
+                name,
+            ))
+        }
+    }
 }
 
 /// Runs `cachalot replay`.
 pub fn run(a: Args) -> Result<ExitCode> {
     let resolved = resolve_conf(a.conf.as_deref())?;
     print_warnings(&resolved.warnings);
-    let (trace, name) = load_trace(a.trace.as_deref())?;
+    if a.history_entries == 0 {
+        anyhow::bail!("--history-entries 0: torch keeps at least 1 entry; give N >= 1");
+    }
+    let (input, name) = load(&a)?;
+    if let Some(note) = input.note() {
+        eprintln!("cachalot: {note}");
+    }
+    let trace = &input.trace;
     let opts = ReplayOptions {
         conf: resolved.conf.clone(),
         sim: SimConfig::with_capacity(a.capacity),
         log_segments: a.segments.is_some(),
         ignore_streams: a.ignore_streams,
         max_oom_reports: a.max_oom_messages,
+        stop_at_first_oom: a.stop_at_oom,
+        history_entries: a.snapshot.is_some().then_some(a.history_entries),
+        snapshot_at_end: a.snapshot.is_some(),
         ..ReplayOptions::default()
     };
-    let report = replay(&trace, &opts)?;
+    let report = replay(trace, &opts)?;
     if let Some(path) = &a.segments {
         let f = File::create(path)
             .with_context(|| format!("cannot create segments file {}", path.display()))?;
         write_segments(BufWriter::new(f), &report.segments)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let (Some(path), Some(snap)) = (&a.snapshot, &report.snapshot) {
+        let snap = Snapshot::from_allocator(&snap.segments, &snap.trace, &resolved.conf, 0);
+        let f = File::create(path)
+            .with_context(|| format!("cannot create snapshot file {}", path.display()))?;
+        let mut w = BufWriter::new(f);
+        write_pickle(&snap, &mut w)
+            .and_then(|()| w.flush())
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if a.json {
@@ -67,11 +132,23 @@ pub fn run(a: Args) -> Result<ExitCode> {
             cachalot_alloc_conf: resolved.cachalot_alloc_conf,
             ignore_streams: a.ignore_streams,
         };
-        let v = report_json(&report, &resolved.conf, &trace.stats, a.capacity, &meta);
+        let mut v = report_json(&report, &resolved.conf, &trace.stats, a.capacity, &meta);
+        if let Some(m) = v.as_object_mut() {
+            m.insert("memory_stats".into(), memory_stats_json(&report.stats));
+        }
         println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        println!("trace: {name}");
-        print!("{}", summary_text(&report, &trace.stats, a.capacity));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("trace: {name}");
+    print!("{}", summary_text(&report, &trace.stats, a.capacity));
+    if a.summary {
+        print!("{}", memory_summary(&report.stats, 0, false));
+    }
+    if report.ooms.count > 0
+        && !a.no_explain
+        && let Some(d) = diagnose(trace, &opts)?
+    {
+        print!("{d}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,102 @@
+//! `compare`: a row per configuration, the default always first.
+
+use cachalot_replay::LoadedTrace;
+use rayon::prelude::*;
+
+use crate::capacity::min_capacity_of;
+use crate::cost::CostModel;
+use crate::measure::{Metrics, measure};
+use crate::search::Tick;
+use crate::space::Candidate;
+use crate::{AdvisorError, check_capacity, check_trace, with_pool};
+
+/// How to compare.
+#[derive(Clone)]
+pub struct CompareOptions<'a> {
+    /// Device capacity for the per-capacity columns, bytes.
+    pub capacity: u64,
+    /// The cost model.
+    pub cost: CostModel,
+    /// Worker threads (`None`: all cores).
+    pub threads: Option<usize>,
+    /// Whether to compute each configuration's minimum capacity (several replays each).
+    pub min_capacity: bool,
+    /// Called as work is queued and done.
+    pub progress: Option<&'a (dyn Fn(Tick) + Sync)>,
+}
+
+/// One configuration's row.
+#[derive(Clone, Debug)]
+pub struct CompareRow {
+    /// The configuration.
+    pub candidate: Candidate,
+    /// The replay at the capacity.
+    pub metrics: Metrics,
+    /// Its minimum capacity (`None`: not computed, or does not fit on a very large device).
+    pub min_capacity: Option<u64>,
+}
+
+/// `compare`'s answer.
+#[derive(Clone, Debug)]
+pub struct CompareResult {
+    /// Device capacity of the per-capacity columns.
+    pub capacity: u64,
+    /// The rows: the default, then the configurations in the order given (repeats dropped).
+    pub rows: Vec<CompareRow>,
+}
+
+/// Parses the configurations (the default first, repeats of the same string dropped).
+pub fn candidates(confs: &[String]) -> Result<Vec<Candidate>, AdvisorError> {
+    let mut out = vec![Candidate::parse("")?];
+    for c in confs {
+        let cand = Candidate::parse(c.trim())?;
+        if !out.iter().any(|o| o.conf == cand.conf) {
+            out.push(cand);
+        }
+    }
+    Ok(out)
+}
+
+/// Replays every configuration at `opts.capacity` and finds its minimum capacity.
+pub fn compare(
+    trace: &LoadedTrace,
+    confs: &[String],
+    opts: &CompareOptions,
+) -> Result<CompareResult, AdvisorError> {
+    check_trace(trace)?;
+    check_capacity(opts.capacity)?;
+    let cands = candidates(confs)?;
+    let tick = |t: Tick| {
+        if let Some(p) = opts.progress {
+            p(t)
+        }
+    };
+    tick(Tick::Added(
+        cands.len() * if opts.min_capacity { 2 } else { 1 },
+    ));
+    let rows = with_pool(opts.threads, || {
+        cands
+            .par_iter()
+            .map(|c| {
+                let metrics = measure(trace, c, opts.capacity, &opts.cost)?;
+                tick(Tick::Done);
+                let min_capacity = if opts.min_capacity {
+                    let m = min_capacity_of(trace, &c.conf)?;
+                    tick(Tick::Done);
+                    m
+                } else {
+                    None
+                };
+                Ok(CompareRow {
+                    candidate: c.clone(),
+                    metrics,
+                    min_capacity,
+                })
+            })
+            .collect::<Result<Vec<_>, AdvisorError>>()
+    })??;
+    Ok(CompareResult {
+        capacity: opts.capacity,
+        rows,
+    })
+}

@@ -1,0 +1,385 @@
+//! A self-contained HTML report: the ranking table and, per configuration, inline SVG charts
+//! of allocated and reserved memory over the trace, the number of device allocations held,
+//! and where retries and out-of-memory errors fall. No scripts, no external resources; the
+//! markup is well-formed XML so it can be checked with an XML parser.
+
+use std::fmt::Write as _;
+
+use cachalot_core::format_size;
+
+use crate::compare::CompareResult;
+use crate::search::TuneResult;
+use crate::text::{capacity, ms, paste_line};
+use crate::timeline::Timeline;
+
+const W: f64 = 900.0;
+const H: f64 = 240.0;
+const SEG_H: f64 = 110.0;
+const LEFT: f64 = 70.0;
+const RIGHT: f64 = 10.0;
+const TOP: f64 = 12.0;
+const BOTTOM: f64 = 22.0;
+
+/// Escapes text for HTML element content and attribute values.
+pub fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            _ => o.push(c),
+        }
+    }
+    o
+}
+
+/// What goes on a page.
+pub struct Page<'a> {
+    /// The heading.
+    pub title: String,
+    /// Paragraphs under the heading (plain text).
+    pub summary: Vec<String>,
+    /// The configuration to paste, if there is a recommendation.
+    pub recommended: Option<String>,
+    /// The table's column names.
+    pub header: Vec<String>,
+    /// The table's rows: (configuration, cells). The configuration is the row's
+    /// `data-config`.
+    pub rows: Vec<(String, Vec<String>)>,
+    /// Device capacity, drawn as a line when it is within the chart.
+    pub capacity: u64,
+    /// The timelines, one section each.
+    pub timelines: &'a [Timeline],
+}
+
+const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#222;max-width:960px}\
+h1{font-size:20px}h2{font-size:15px;margin:18px 0 4px;font-family:ui-monospace,monospace}\
+table{border-collapse:collapse;font-size:13px}th,td{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right;white-space:nowrap}\
+td:last-child,th:last-child{text-align:left;font-family:ui-monospace,monospace;white-space:normal;overflow-wrap:anywhere;min-width:18em}\
+tr.best td{background:#eef7ee;font-weight:600}code{background:#f3f3f3;padding:2px 5px;display:inline-block;line-height:1.6;overflow-wrap:anywhere}\
+.rec{font-size:15px;margin:12px 0}.legend span{margin-right:14px;font-size:12px}\
+.sw{display:inline-block;width:18px;height:3px;vertical-align:middle;margin-right:4px}\
+svg{display:block;margin:2px 0}svg text{font-size:11px;fill:#555}\
+.series{fill:none;stroke-width:1.4}.allocated{stroke:#1f77b4}.reserved{stroke:#ff7f0e}.held{stroke:#2ca02c}\
+.capacity{stroke:#d62728;stroke-dasharray:5 4}.grid{stroke:#eee}.axis{stroke:#999}\
+.retry{stroke:#9467bd;stroke-width:1;stroke-dasharray:2 3;opacity:.8}.oom{stroke:#d62728;stroke-width:1.8}.note{font-size:12px;color:#666}";
+
+/// Renders a page.
+pub fn render(p: &Page) -> String {
+    let mut o = String::new();
+    o.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n");
+    let _ = writeln!(o, "<title>{}</title>", esc(&p.title));
+    let _ = writeln!(o, "<style>{STYLE}</style>\n</head>\n<body>");
+    let _ = writeln!(o, "<h1>{}</h1>", esc(&p.title));
+    if let Some(r) = &p.recommended {
+        let _ = writeln!(
+            o,
+            "<p class=\"rec\">Recommended: <code id=\"recommended\">{}</code></p>",
+            esc(&paste_line(r))
+        );
+    }
+    for s in &p.summary {
+        let _ = writeln!(o, "<p>{}</p>", esc(s));
+    }
+    o.push_str("<table class=\"ranking\">\n<thead><tr>");
+    for h in &p.header {
+        let _ = write!(o, "<th>{}</th>", esc(h));
+    }
+    o.push_str("</tr></thead>\n<tbody>\n");
+    for (i, (conf, cells)) in p.rows.iter().enumerate() {
+        let class = if i == 0 && p.recommended.is_some() {
+            "row best"
+        } else {
+            "row"
+        };
+        let _ = write!(o, "<tr class=\"{class}\" data-config=\"{}\">", esc(conf));
+        for c in cells {
+            let _ = write!(o, "<td>{}</td>", esc(c));
+        }
+        o.push_str("</tr>\n");
+    }
+    o.push_str("</tbody>\n</table>\n");
+    o.push_str(
+        "<p class=\"legend\"><span><i class=\"sw\" style=\"background:#1f77b4\"></i>allocated</span>\
+         <span><i class=\"sw\" style=\"background:#ff7f0e\"></i>reserved</span>\
+         <span><i class=\"sw\" style=\"background:#d62728\"></i>capacity / out-of-memory</span>\
+         <span><i class=\"sw\" style=\"background:#9467bd\"></i>retry (synchronize + cache flush)</span>\
+         <span><i class=\"sw\" style=\"background:#2ca02c\"></i>device allocations held</span></p>\n",
+    );
+    let ymax = p
+        .timelines
+        .iter()
+        .flat_map(|t| t.points.iter().map(|pt| pt.reserved.max(pt.allocated)))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let ymax = if p.capacity as f64 <= ymax as f64 * 1.25 {
+        ymax.max(p.capacity)
+    } else {
+        ymax
+    };
+    let ymax = (ymax as f64 * 1.05) as u64;
+    let smax = p
+        .timelines
+        .iter()
+        .flat_map(|t| t.points.iter().map(|pt| pt.segments))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    for t in p.timelines {
+        section(&mut o, t, ymax, smax, p.capacity);
+    }
+    o.push_str(
+        "<p class=\"note\">Every number comes from a replay of the trace through cachalot's \
+         allocator (torch 2.15's algorithm) on a simulated device. Each chart point is the \
+         maximum over its stretch of operations. Device-call times are estimates from the cost \
+         model (docs/advisor.md).</p>\n</body>\n</html>\n",
+    );
+    o
+}
+
+fn x_of(op: usize, events: usize) -> f64 {
+    LEFT + (W - LEFT - RIGHT) * op as f64 / events.max(1) as f64
+}
+
+fn y_of(v: u64, max: u64, h: f64) -> f64 {
+    TOP + (h - TOP - BOTTOM) * (1.0 - v as f64 / max.max(1) as f64)
+}
+
+fn path(t: &Timeline, max: u64, h: f64, f: impl Fn(&crate::TimePoint) -> u64) -> String {
+    let mut d = String::new();
+    for (i, pt) in t.points.iter().enumerate() {
+        let x = x_of(pt.op_index, t.events);
+        let y = y_of(f(pt), max, h);
+        let _ = write!(d, "{}{x:.1},{y:.1}", if i == 0 { "M" } else { " L" });
+    }
+    if let Some(last) = t.points.last() {
+        let x = x_of(t.events, t.events);
+        let _ = write!(d, " L{x:.1},{:.1}", y_of(f(last), max, h));
+    }
+    d
+}
+
+fn axes(o: &mut String, max: u64, h: f64, events: usize, fmt: &dyn Fn(u64) -> String) {
+    for i in 0..=4u64 {
+        let v = max * i / 4;
+        let y = y_of(v, max, h);
+        let _ = write!(
+            o,
+            "<line class=\"grid\" x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            W - RIGHT,
+            LEFT - 4.0,
+            y + 4.0,
+            esc(&fmt(v))
+        );
+    }
+    let base = h - BOTTOM;
+    let _ = write!(
+        o,
+        "<line class=\"axis\" x1=\"{LEFT}\" y1=\"{base:.1}\" x2=\"{:.1}\" y2=\"{base:.1}\"/>\
+         <text x=\"{LEFT}\" y=\"{:.1}\">op 0</text>\
+         <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">op {events}</text>",
+        W - RIGHT,
+        h - 6.0,
+        W - RIGHT,
+        h - 6.0
+    );
+}
+
+fn gib(v: u64) -> String {
+    format!("{:.1} GiB", v as f64 / (1u64 << 30) as f64)
+}
+
+fn section(o: &mut String, t: &Timeline, ymax: u64, smax: u64, cap: u64) {
+    let label = &t.candidate.label;
+    let m = &t.metrics;
+    let _ = writeln!(
+        o,
+        "<section class=\"timeline\" data-config=\"{}\">\n<h2>{}</h2>",
+        esc(label),
+        esc(t.candidate.display_name())
+    );
+    let _ = writeln!(
+        o,
+        "<p class=\"note\">peak allocated {}, peak reserved {}, {} OOMs, {} retries, {} device \
+         allocations, {} frees, est. {}</p>",
+        esc(&format_size(m.peak_allocated)),
+        esc(&format_size(m.peak_reserved)),
+        m.ooms,
+        m.retries,
+        m.device_allocs,
+        m.device_frees,
+        esc(&ms(m.cost_us))
+    );
+    let _ = write!(
+        o,
+        "<svg class=\"chart memory\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" \
+         role=\"img\" aria-label=\"memory over the trace\">"
+    );
+    axes(o, ymax, H, t.events, &gib);
+    if cap <= ymax {
+        let y = y_of(cap, ymax, H);
+        let _ = write!(
+            o,
+            "<line class=\"capacity\" x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">capacity {}</text>",
+            W - RIGHT,
+            W - RIGHT - 2.0,
+            y - 3.0,
+            esc(&gib(cap))
+        );
+    }
+    let _ = write!(
+        o,
+        "<path class=\"series reserved\" d=\"{}\"/><path class=\"series allocated\" d=\"{}\"/>",
+        path(t, ymax, H, |p| p.reserved),
+        path(t, ymax, H, |p| p.allocated)
+    );
+    o.push_str("<g class=\"marks retries\">");
+    for &op in &t.retries {
+        let x = x_of(op, t.events);
+        let _ = write!(
+            o,
+            "<line class=\"retry\" x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{:.1}\"/>",
+            H - BOTTOM
+        );
+    }
+    o.push_str("</g><g class=\"marks ooms\">");
+    for &op in &t.ooms {
+        let x = x_of(op, t.events);
+        let y = TOP + 16.0;
+        let _ = write!(
+            o,
+            "<path class=\"oom\" d=\"M{:.1},{:.1} L{:.1},{:.1} M{:.1},{:.1} L{:.1},{:.1}\"/>",
+            x - 4.0,
+            y - 4.0,
+            x + 4.0,
+            y + 4.0,
+            x - 4.0,
+            y + 4.0,
+            x + 4.0,
+            y - 4.0
+        );
+    }
+    o.push_str("</g></svg>\n");
+    let _ = write!(
+        o,
+        "<svg class=\"chart held-chart\" width=\"{W}\" height=\"{SEG_H}\" viewBox=\"0 0 {W} {SEG_H}\" \
+         role=\"img\" aria-label=\"device allocations held\">"
+    );
+    axes(o, smax, SEG_H, t.events, &|v| v.to_string());
+    let _ = write!(
+        o,
+        "<text x=\"{:.1}\" y=\"{:.1}\">device allocations held (cudaMalloc segments + mapped \
+         expandable pages)</text>",
+        LEFT + 4.0,
+        TOP - 2.0
+    );
+    let _ = write!(
+        o,
+        "<path class=\"series held\" d=\"{}\"/></svg>\n</section>\n",
+        path(t, smax, SEG_H, |p| p.segments)
+    );
+}
+
+fn cells(m: &crate::Metrics) -> Vec<String> {
+    vec![
+        m.ooms.to_string(),
+        m.retries.to_string(),
+        m.device_allocs.to_string(),
+        m.device_frees.to_string(),
+        ms(m.cost_us),
+        format_size(m.peak_reserved),
+        format_size(m.peak_allocated),
+        format!("{:.1}%", 100.0 * m.utilization()),
+    ]
+}
+
+const METRIC_HEADER: [&str; 8] = [
+    "OOMs",
+    "retries",
+    "dev allocs",
+    "dev frees",
+    "est. time",
+    "peak reserved",
+    "peak alloc",
+    "util",
+];
+
+/// The page for `tune`.
+pub fn tune_page(r: &TuneResult, trace: &str, timelines: &[Timeline]) -> String {
+    let mut header = vec!["rank".to_string()];
+    header.extend(METRIC_HEADER.iter().map(|s| s.to_string()));
+    header.push("config".into());
+    let mut rows = Vec::new();
+    for (i, e) in r.ranking.iter().enumerate() {
+        let mut c = vec![(i + 1).to_string()];
+        c.extend(cells(&e.metrics));
+        c.push(e.candidate.display_name().to_string());
+        rows.push((e.candidate.label.clone(), c));
+    }
+    for e in std::iter::once(&r.default).chain(&r.advice) {
+        if !rows.iter().any(|(l, _)| *l == e.candidate.label) {
+            let mut c = vec!["-".to_string()];
+            c.extend(cells(&e.metrics));
+            c.push(e.candidate.display_name().to_string());
+            rows.push((e.candidate.label.clone(), c));
+        }
+    }
+    render(&Page {
+        title: format!(
+            "cachalot tune: {trace} on a {} device",
+            capacity(r.capacity)
+        ),
+        summary: vec![
+            format!("Why: {}.", r.reason()),
+            format!(
+                "Ranked by: no out-of-memory, then fewest retries, then estimated device-call \
+                 time, then peak reserved; {} configurations tried.",
+                r.searched
+            ),
+        ],
+        recommended: Some(r.winner().candidate.label.clone()),
+        header,
+        rows,
+        capacity: r.capacity,
+        timelines,
+    })
+}
+
+/// The page for `compare`.
+pub fn compare_page(r: &CompareResult, trace: &str, timelines: &[Timeline]) -> String {
+    let mut header = vec!["min capacity".to_string()];
+    header.extend(METRIC_HEADER.iter().map(|s| s.to_string()));
+    header.push("config".into());
+    let rows = r
+        .rows
+        .iter()
+        .map(|row| {
+            let mut c = vec![row.min_capacity.map(capacity).unwrap_or_else(|| "-".into())];
+            c.extend(cells(&row.metrics));
+            c.push(row.candidate.display_name().to_string());
+            (row.candidate.label.clone(), c)
+        })
+        .collect();
+    render(&Page {
+        title: format!(
+            "cachalot compare: {trace} on a {} device",
+            capacity(r.capacity)
+        ),
+        summary: vec![
+            "Min capacity: the smallest 64 MiB multiple on which the trace runs without \
+             out-of-memory (bisection; both sides of the boundary replayed)."
+                .into(),
+        ],
+        recommended: None,
+        header,
+        rows,
+        capacity: r.capacity,
+        timelines,
+    })
+}

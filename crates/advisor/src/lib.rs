@@ -1,0 +1,107 @@
+//! The advisor: which `PYTORCH_CUDA_ALLOC_CONF` for this workload and this GPU.
+//!
+//! Every number comes from a replay of the trace through cachalot's allocator, which makes the
+//! same decisions as torch 2.15's (the golden tests check it), on the simulated device:
+//!
+//! - [`compare()`]: a row per configuration (the default always included) — peaks, utilization,
+//!   the smallest device on which the trace runs without out-of-memory, and at a given capacity
+//!   the OOMs, device calls, retries and their estimated time ([`CostModel`]);
+//! - [`tune()`]: searches the configurations torch 2.15 accepts ([`space`]) and ranks them at a
+//!   capacity: no OOM first, then fewest retries, then least estimated device-call time, then
+//!   lowest peak reserved ([`RankKey`]);
+//! - [`min_capacity()`]: the smallest device the workload fits on, and with which configuration;
+//! - [`html`]: a self-contained page with the memory timelines and the ranking.
+//!
+//! Replays run in parallel (rayon); results do not depend on the number of threads.
+//!
+//! **Minimum capacity**, precisely: for one configuration, the 64 MiB multiple `c` found by
+//! bisection between a capacity proven too small (below the trace's peak of live requested
+//! bytes) and one verified to fit, such that the replay at `c` has no out-of-memory and the
+//! replay at `c − 64 MiB` has one (or is proven to). Out-of-memory-freeness is not perfectly
+//! monotonic in capacity for a caching allocator (a smaller device can change which segments
+//! are freed and when), so a still smaller capacity might fit in rare cases; both sides of the
+//! boundary are replayed, never assumed.
+
+#![forbid(unsafe_code)]
+
+pub mod capacity;
+pub mod compare;
+pub mod cost;
+pub mod html;
+pub mod measure;
+pub mod search;
+pub mod space;
+pub mod text;
+pub mod timeline;
+
+pub use capacity::{MinCapacity, MinCapacityResult, STEP, min_capacity, min_capacity_of};
+pub use compare::{CompareOptions, CompareResult, CompareRow, compare};
+pub use cost::{CallCounts, CostModel};
+pub use measure::{Evaluated, Metrics, Outcome, RankKey, evaluate, fits};
+pub use search::{Tick, TuneOptions, TuneResult, tune};
+pub use space::{Candidate, Roundup, SearchSpace, Settings};
+pub use timeline::{TimePoint, Timeline, record_timeline, record_timelines};
+
+/// What can go wrong in the advisor.
+#[derive(Debug, thiserror::Error)]
+pub enum AdvisorError {
+    /// A configuration string torch 2.15 would reject.
+    #[error("configuration '{conf}': {message}")]
+    Config {
+        /// The string as given.
+        conf: String,
+        /// Why.
+        message: String,
+    },
+    /// A bad cost-model constant or file.
+    #[error("{0}")]
+    Cost(String),
+    /// A bad capacity.
+    #[error("{0}")]
+    Capacity(String),
+    /// A trace with nothing to replay.
+    #[error("{0}")]
+    EmptyTrace(String),
+    /// A replay failed for a reason other than out-of-memory.
+    #[error(transparent)]
+    Replay(#[from] cachalot_replay::ReplayError),
+    /// Building the thread pool failed.
+    #[error("cannot start worker threads: {0}")]
+    Threads(String),
+}
+
+/// Runs `f` on a rayon pool of `threads` threads (all cores when `None`).
+pub(crate) fn with_pool<T: Send>(
+    threads: Option<usize>,
+    f: impl FnOnce() -> T + Send,
+) -> Result<T, AdvisorError> {
+    let mut b = rayon::ThreadPoolBuilder::new();
+    if let Some(n) = threads {
+        b = b.num_threads(n.max(1));
+    }
+    let pool = b
+        .build()
+        .map_err(|e| AdvisorError::Threads(e.to_string()))?;
+    Ok(pool.install(f))
+}
+
+/// Rejects a capacity of 0 bytes.
+pub(crate) fn check_capacity(capacity: u64) -> Result<(), AdvisorError> {
+    if capacity == 0 {
+        return Err(AdvisorError::Capacity(
+            "invalid capacity '0': the device must have at least 1 byte".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Rejects a trace with no allocation.
+pub(crate) fn check_trace(trace: &cachalot_replay::LoadedTrace) -> Result<(), AdvisorError> {
+    if trace.stats.allocs == 0 {
+        return Err(AdvisorError::EmptyTrace(format!(
+            "the trace has no allocation events ({} data rows read): nothing to replay",
+            trace.stats.lines
+        )));
+    }
+    Ok(())
+}

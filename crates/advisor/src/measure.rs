@@ -1,0 +1,222 @@
+//! One replay of one configuration at one capacity, and the ranking of its result.
+
+use std::cmp::Ordering;
+use std::ops::ControlFlow;
+
+use cachalot_replay::{
+    LoadedTrace, Progress, ReplayOptions, ReplayReport, replay, replay_with_hook,
+};
+use cachalot_sim::SimConfig;
+
+use crate::AdvisorError;
+use crate::cost::{CallCounts, CostModel};
+use crate::space::Candidate;
+
+/// How often (in operations) a replay that may be cut short looks at its running numbers.
+pub const CHECK_EVERY: usize = 512;
+
+/// The ranking: fewer out-of-memory errors, then fewer retries, then less estimated
+/// device-call time, then lower peak reserved memory. Every component only grows during a
+/// replay, so a replay whose running key already ranks below a finished one's can be stopped:
+/// it cannot end better.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RankKey {
+    /// Out-of-memory errors.
+    pub ooms: u64,
+    /// Retries (each a full synchronize and cache flush).
+    pub retries: u64,
+    /// Estimated device-call time, µs.
+    pub cost_us: f64,
+    /// Peak reserved bytes.
+    pub peak_reserved: u64,
+}
+
+impl RankKey {
+    /// The ranking order (less is better).
+    pub fn rank_cmp(&self, other: &RankKey) -> Ordering {
+        self.ooms
+            .cmp(&other.ooms)
+            .then(self.retries.cmp(&other.retries))
+            .then(self.cost_us.total_cmp(&other.cost_us))
+            .then(self.peak_reserved.cmp(&other.peak_reserved))
+    }
+
+    fn from_progress(p: &Progress<'_>, cost: &CostModel) -> RankKey {
+        RankKey {
+            ooms: p.ooms,
+            retries: p.stats.num_alloc_retries.max(0) as u64,
+            cost_us: cost.cost_us(&CallCounts::from_replay(p.stats, p.device)),
+            peak_reserved: p.stats.reserved_bytes.all().peak.max(0) as u64,
+        }
+    }
+}
+
+/// What one complete replay at one capacity did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Metrics {
+    /// Device capacity, bytes.
+    pub capacity: u64,
+    /// Operations replayed.
+    pub events: u64,
+    /// Out-of-memory errors.
+    pub ooms: u64,
+    /// The trace line of the first one.
+    pub first_oom_line: Option<u64>,
+    /// Retries (`num_alloc_retries`).
+    pub retries: u64,
+    /// Device allocations (`num_device_alloc`: `cudaMalloc`s and expandable growths).
+    pub device_allocs: u64,
+    /// Device frees (`num_device_free`: `cudaFree`s and expandable shrinks).
+    pub device_frees: u64,
+    /// The device calls the cost is computed from.
+    pub calls: CallCounts,
+    /// Estimated device-call time, µs.
+    pub cost_us: f64,
+    /// Peak allocated bytes.
+    pub peak_allocated: u64,
+    /// Peak reserved bytes.
+    pub peak_reserved: u64,
+    /// Peak number of `cudaMalloc` segments.
+    pub peak_segments: u64,
+}
+
+impl Metrics {
+    /// The ranking key.
+    pub fn key(&self) -> RankKey {
+        RankKey {
+            ooms: self.ooms,
+            retries: self.retries,
+            cost_us: self.cost_us,
+            peak_reserved: self.peak_reserved,
+        }
+    }
+
+    /// Peak allocated / peak reserved (1 when nothing was reserved).
+    pub fn utilization(&self) -> f64 {
+        if self.peak_reserved == 0 {
+            1.0
+        } else {
+            self.peak_allocated as f64 / self.peak_reserved as f64
+        }
+    }
+}
+
+/// A candidate with its complete replay.
+#[derive(Clone, Debug)]
+pub struct Evaluated {
+    /// The configuration.
+    pub candidate: Candidate,
+    /// Its numbers.
+    pub metrics: Metrics,
+}
+
+impl Evaluated {
+    /// The total order of rankings: the key, then fewer keys set, then the string.
+    pub fn order(&self, other: &Evaluated) -> Ordering {
+        self.metrics
+            .key()
+            .rank_cmp(&other.metrics.key())
+            .then_with(|| self.candidate.order_key().cmp(&other.candidate.order_key()))
+    }
+}
+
+/// A replay that ran to the end, or was cut short because it could no longer win.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    /// The replay ran to the end.
+    Done(Metrics),
+    /// It stopped at this operation: its running key already ranked below the threshold.
+    Cut {
+        /// Operation index where it stopped.
+        at_op: usize,
+    },
+}
+
+pub(crate) fn options(conf: &cachalot_core::AllocConf, capacity: u64) -> ReplayOptions {
+    ReplayOptions {
+        conf: conf.clone(),
+        sim: SimConfig::with_capacity(capacity),
+        max_oom_reports: 1,
+        ..ReplayOptions::default()
+    }
+}
+
+/// Replays `candidate` at `capacity`. `beaten` is asked, every [`CHECK_EVERY`] operations and
+/// at each out-of-memory, whether the running key already loses; if so the replay stops and
+/// the outcome is [`Outcome::Cut`].
+pub fn evaluate(
+    trace: &LoadedTrace,
+    candidate: &Candidate,
+    capacity: u64,
+    cost: &CostModel,
+    beaten: Option<&(dyn Fn(&RankKey) -> bool + Sync)>,
+) -> Result<Outcome, AdvisorError> {
+    let opts = options(&candidate.conf, capacity);
+    let report = match beaten {
+        None => replay(trace, &opts)?,
+        Some(beaten) => {
+            let mut cut_at = None;
+            let mut hook = |p: &Progress<'_>| {
+                if beaten(&RankKey::from_progress(p, cost)) {
+                    cut_at = Some(p.op_index);
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            };
+            let r = replay_with_hook(trace, &opts, CHECK_EVERY, &mut hook)?;
+            if let Some(at_op) = cut_at {
+                return Ok(Outcome::Cut { at_op });
+            }
+            r
+        }
+    };
+    Ok(Outcome::Done(metrics_of(&report, capacity, cost)))
+}
+
+/// The numbers of a finished replay.
+pub(crate) fn metrics_of(report: &ReplayReport, capacity: u64, cost: &CostModel) -> Metrics {
+    let s = &report.stats;
+    let calls = CallCounts::from_replay(s, &report.device);
+    Metrics {
+        capacity,
+        events: report.events,
+        ooms: report.ooms.count,
+        first_oom_line: report.ooms.events.first().map(|e| e.line),
+        retries: s.num_alloc_retries.max(0) as u64,
+        device_allocs: s.num_device_alloc.max(0) as u64,
+        device_frees: s.num_device_free.max(0) as u64,
+        calls,
+        cost_us: cost.cost_us(&calls),
+        peak_allocated: s.allocated_bytes.all().peak.max(0) as u64,
+        peak_reserved: s.reserved_bytes.all().peak.max(0) as u64,
+        peak_segments: s.segment.all().peak.max(0) as u64,
+    }
+}
+
+/// Replays `candidate` at `capacity` to the end and returns its numbers.
+pub fn measure(
+    trace: &LoadedTrace,
+    candidate: &Candidate,
+    capacity: u64,
+    cost: &CostModel,
+) -> Result<Metrics, AdvisorError> {
+    match evaluate(trace, candidate, capacity, cost, None)? {
+        Outcome::Done(m) => Ok(m),
+        Outcome::Cut { .. } => unreachable!("a replay without a threshold is never cut"),
+    }
+}
+
+/// Whether the trace runs without out-of-memory at `capacity` (stops at the first one).
+pub fn fits(
+    trace: &LoadedTrace,
+    conf: &cachalot_core::AllocConf,
+    capacity: u64,
+) -> Result<bool, AdvisorError> {
+    let opts = ReplayOptions {
+        stop_at_first_oom: true,
+        max_oom_reports: 0,
+        ..options(conf, capacity)
+    };
+    Ok(replay(trace, &opts)?.ooms.count == 0)
+}

@@ -1,0 +1,375 @@
+//! `tune`: searching the configuration space at one capacity.
+//!
+//! The search runs in rounds; each round's candidates depend only on exact results of
+//! earlier rounds, so the answer does not depend on timing or the number of threads:
+//!
+//! 1. the default and the common advice (`max_split_size_mb:128`, `expandable_segments:True`),
+//!    always replayed to the end;
+//! 2. every option alone ([`SearchSpace::singles`]);
+//! 3. every combination of the values that appear in the best `top` so far (at most two set
+//!    values per dimension, plus unset);
+//! 4. coordinate descent: every configuration one option away from the best, repeated while
+//!    the best changes (at most four times).
+//!
+//! Replays in a round run in parallel. A replay is cut short as soon as its running ranking
+//! key ranks below the `top`-th best finished one (OOMs, retries, device-call time and peak
+//! reserved only grow during a replay, so it cannot end better): the best `top` distinct
+//! results are exact, whatever finishes first. A result equal to a better-ranked one's is kept
+//! only in its simplest form.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use cachalot_replay::LoadedTrace;
+use rayon::prelude::*;
+
+use crate::cost::CostModel;
+use crate::measure::{Evaluated, Outcome, RankKey, evaluate, measure};
+use crate::space::{Candidate, Roundup, SearchSpace, Settings, dedup};
+use crate::{AdvisorError, check_capacity, check_trace, with_pool};
+
+/// Progress of a search, for a progress bar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tick {
+    /// This many more replays (or bisections) are queued.
+    Added(usize),
+    /// One finished.
+    Done,
+}
+
+/// How to search.
+#[derive(Clone)]
+pub struct TuneOptions<'a> {
+    /// Device capacity, bytes.
+    pub capacity: u64,
+    /// The cost model.
+    pub cost: CostModel,
+    /// Worker threads (`None`: all cores).
+    pub threads: Option<usize>,
+    /// How many of the best are kept exact (and shown).
+    pub top: usize,
+    /// Called as work is queued and done.
+    pub progress: Option<&'a (dyn Fn(Tick) + Sync)>,
+}
+
+impl TuneOptions<'_> {
+    /// Defaults at `capacity`: the default cost model, all cores, the best 8.
+    pub fn at(capacity: u64) -> Self {
+        TuneOptions {
+            capacity,
+            cost: CostModel::default(),
+            threads: None,
+            top: 8,
+            progress: None,
+        }
+    }
+}
+
+/// What a search found.
+#[derive(Clone, Debug)]
+pub struct TuneResult {
+    /// Device capacity, bytes.
+    pub capacity: u64,
+    /// The best `top`, best first (the first is the recommendation).
+    pub ranking: Vec<Evaluated>,
+    /// The default configuration.
+    pub default: Evaluated,
+    /// The common advice: `max_split_size_mb:128`, `expandable_segments:True`.
+    pub advice: Vec<Evaluated>,
+    /// Configurations examined.
+    pub searched: usize,
+    /// Search statistics that depend on timing (replays cut short, wall time).
+    pub stats: SearchStats,
+}
+
+/// Numbers about the search itself; they vary from run to run.
+#[derive(Clone, Debug, Default)]
+pub struct SearchStats {
+    /// Replays run.
+    pub replays: usize,
+    /// Replays cut short because they could no longer reach the best `top`.
+    pub cut_short: usize,
+    /// Wall time of the search.
+    pub elapsed: Duration,
+}
+
+impl TuneResult {
+    /// The recommendation.
+    pub fn winner(&self) -> &Evaluated {
+        &self.ranking[0]
+    }
+
+    /// One line saying why the winner wins, with the numbers.
+    pub fn reason(&self) -> String {
+        crate::text::reason(self.winner(), &self.default)
+    }
+}
+
+/// The search driver shared by `tune` and `min_capacity`: rounds of candidates, each round
+/// built from the best `top` of the exact results so far. Results that are `same` as a better
+/// (or equally good and simpler) one are dropped: a configuration that behaves exactly like a
+/// simpler one is dominated. `eval` evaluates a round (in any
+/// order, returning `None` for candidates it proved cannot reach the best `top`) and sees the
+/// best result of earlier rounds. Returns the best `top`, best first, and how many candidates
+/// were examined.
+pub(crate) fn explore<S: Clone>(
+    space: &SearchSpace,
+    initial: Vec<(Candidate, S)>,
+    top: usize,
+    order: impl Fn(&(Candidate, S), &(Candidate, S)) -> std::cmp::Ordering,
+    same: impl Fn(&S, &S) -> bool,
+    mut eval: impl FnMut(
+        Vec<Candidate>,
+        Option<&(Candidate, S)>,
+    ) -> Result<Vec<(Candidate, Option<S>)>, AdvisorError>,
+) -> Result<(Vec<(Candidate, S)>, usize), AdvisorError> {
+    let top = top.max(1);
+    let mut tried: std::collections::HashSet<Settings> =
+        initial.iter().filter_map(|(c, _)| c.settings).collect();
+    let mut exact = initial;
+    exact.sort_by(&order);
+    // Keeps the first (best, then simplest) of each distinct result.
+    let distinct = |v: &mut Vec<(Candidate, S)>| {
+        let mut kept: Vec<(Candidate, S)> = Vec::with_capacity(v.len());
+        for x in v.drain(..) {
+            if !kept.iter().any(|k| same(&k.1, &x.1)) {
+                kept.push(x);
+            }
+        }
+        *v = kept;
+    };
+    let mut examined = 0;
+    let mut round = |settings: Vec<Settings>,
+                     exact: &mut Vec<(Candidate, S)>,
+                     tried: &mut std::collections::HashSet<Settings>|
+     -> Result<(), AdvisorError> {
+        let fresh: Vec<Candidate> = dedup(settings)
+            .into_iter()
+            .filter(|s| tried.insert(*s))
+            .map(Candidate::from_settings)
+            .collect::<Result<_, _>>()?;
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        examined += fresh.len();
+        let results = eval(fresh, exact.first())?;
+        exact.extend(results.into_iter().filter_map(|(c, s)| s.map(|s| (c, s))));
+        exact.sort_by(&order);
+        distinct(exact);
+        Ok(())
+    };
+    // Round 1: every option alone.
+    round(space.singles(), &mut exact, &mut tried)?;
+    // Round 2: combinations of the values in the best `top`.
+    let best: Vec<Settings> = exact
+        .iter()
+        .take(top)
+        .filter_map(|(c, _)| c.settings)
+        .collect();
+    let pick = |f: &dyn Fn(&Settings) -> bool| -> Vec<Settings> {
+        best.iter().filter(|s| f(s)).copied().take(2).collect()
+    };
+    let mut max_split = vec![None];
+    for s in pick(&|s| s.max_split_mb.is_some()) {
+        max_split.push(s.max_split_mb);
+    }
+    let mut roundup = vec![Roundup::Off];
+    let mut seen_r = Vec::new();
+    for s in &best {
+        if s.roundup != Roundup::Off && !seen_r.contains(&s.roundup) && seen_r.len() < 2 {
+            seen_r.push(s.roundup);
+        }
+    }
+    roundup.extend(seen_r);
+    let mut expandable = vec![false];
+    if best.iter().any(|s| s.expandable) {
+        expandable.push(true);
+    }
+    let mut gc = vec![None];
+    let mut seen_g = Vec::new();
+    for s in &best {
+        if s.gc.is_some() && !seen_g.contains(&s.gc) && seen_g.len() < 2 {
+            seen_g.push(s.gc);
+        }
+    }
+    gc.extend(seen_g);
+    max_split.dedup();
+    round(
+        space.product(&max_split, &roundup, &expandable, &gc),
+        &mut exact,
+        &mut tried,
+    )?;
+    // Rounds 3+: coordinate descent from the best.
+    for _ in 0..4 {
+        let Some(base) = exact.first().and_then(|(c, _)| c.settings) else {
+            break;
+        };
+        round(space.neighbours(&base), &mut exact, &mut tried)?;
+        if exact.first().and_then(|(c, _)| c.settings) == Some(base) {
+            break;
+        }
+    }
+    exact.truncate(top);
+    Ok((exact, examined))
+}
+
+/// The best `top` finished keys, for cutting replays short.
+struct Leaders {
+    top: usize,
+    keys: Vec<(RankKey, usize, String)>,
+}
+
+impl Leaders {
+    fn cmp(a: &(RankKey, usize, String), b: &(RankKey, usize, String)) -> std::cmp::Ordering {
+        a.0.rank_cmp(&b.0)
+            .then(a.1.cmp(&b.1))
+            .then_with(|| a.2.cmp(&b.2))
+    }
+
+    fn insert(&mut self, k: (RankKey, usize, String)) {
+        // One entry per distinct key: its best (simplest) configuration.
+        if let Some(i) = self.keys.iter().position(|x| x.0 == k.0) {
+            if Self::cmp(&k, &self.keys[i]) == std::cmp::Ordering::Less {
+                self.keys.remove(i);
+            } else {
+                return;
+            }
+        }
+        let pos = self
+            .keys
+            .partition_point(|x| Self::cmp(x, &k) == std::cmp::Ordering::Less);
+        self.keys.insert(pos, k);
+        self.keys.truncate(self.top);
+    }
+
+    /// Whether a candidate whose key is at least `key` can no longer reach the best `top`.
+    fn beats(&self, key: &RankKey, c: &Candidate) -> bool {
+        if self.keys.len() < self.top {
+            return false;
+        }
+        let last = &self.keys[self.top - 1];
+        let probe = (*key, c.complexity, c.label.clone());
+        Self::cmp(&probe, last) == std::cmp::Ordering::Greater
+    }
+}
+
+fn lock(m: &Mutex<Leaders>) -> std::sync::MutexGuard<'_, Leaders> {
+    // A panic elsewhere leaves the list usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Searches the configuration space at `opts.capacity` and ranks what it finds.
+pub fn tune(trace: &LoadedTrace, opts: &TuneOptions) -> Result<TuneResult, AdvisorError> {
+    tune_with_seeds(trace, opts, &[])
+}
+
+/// [`tune`] with extra configurations replayed to the end in the first round.
+pub fn tune_with_seeds(
+    trace: &LoadedTrace,
+    opts: &TuneOptions,
+    extra: &[Settings],
+) -> Result<TuneResult, AdvisorError> {
+    check_trace(trace)?;
+    check_capacity(opts.capacity)?;
+    let start = Instant::now();
+    let space = SearchSpace::for_trace(trace);
+    let top = opts.top.max(1);
+    let leaders = Mutex::new(Leaders {
+        top,
+        keys: Vec::new(),
+    });
+    let replays = std::sync::atomic::AtomicUsize::new(0);
+    let cut = std::sync::atomic::AtomicUsize::new(0);
+    let tick = |t: Tick| {
+        if let Some(p) = opts.progress {
+            p(t)
+        }
+    };
+    let run = || -> Result<TuneResult, AdvisorError> {
+        let mut seeds = vec![
+            Settings::DEFAULT,
+            Settings::ADVICE_MAX_SPLIT,
+            Settings::ADVICE_EXPANDABLE,
+        ];
+        seeds.extend_from_slice(extra);
+        let seeds = dedup(seeds);
+        tick(Tick::Added(seeds.len()));
+        let seed_results: Vec<Evaluated> = seeds
+            .par_iter()
+            .map(|s| {
+                let candidate = Candidate::from_settings(*s)?;
+                let metrics = measure(trace, &candidate, opts.capacity, &opts.cost)?;
+                replays.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tick(Tick::Done);
+                Ok(Evaluated { candidate, metrics })
+            })
+            .collect::<Result<_, AdvisorError>>()?;
+        {
+            let mut l = lock(&leaders);
+            for e in &seed_results {
+                l.insert((
+                    e.metrics.key(),
+                    e.candidate.complexity,
+                    e.candidate.label.clone(),
+                ));
+            }
+        }
+        let initial: Vec<(Candidate, Evaluated)> = seed_results
+            .iter()
+            .map(|e| (e.candidate.clone(), e.clone()))
+            .collect();
+        let (found, examined) = explore(
+            &space,
+            initial,
+            top,
+            |a, b| a.1.order(&b.1),
+            |a, b| a.metrics.key() == b.metrics.key(),
+            |cands, _best| {
+                tick(Tick::Added(cands.len()));
+                cands
+                    .into_par_iter()
+                    .map(|c| {
+                        let beaten = |k: &RankKey| lock(&leaders).beats(k, &c);
+                        let out = evaluate(trace, &c, opts.capacity, &opts.cost, Some(&beaten))?;
+                        replays.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tick(Tick::Done);
+                        Ok(match out {
+                            Outcome::Done(metrics) => {
+                                lock(&leaders).insert((
+                                    metrics.key(),
+                                    c.complexity,
+                                    c.label.clone(),
+                                ));
+                                let e = Evaluated {
+                                    candidate: c.clone(),
+                                    metrics,
+                                };
+                                (c, Some(e))
+                            }
+                            Outcome::Cut { .. } => {
+                                cut.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                (c, None)
+                            }
+                        })
+                    })
+                    .collect::<Result<Vec<_>, AdvisorError>>()
+            },
+        )?;
+        let ranking: Vec<Evaluated> = found.into_iter().map(|(_, e)| e).collect();
+        Ok(TuneResult {
+            capacity: opts.capacity,
+            ranking,
+            default: seed_results[0].clone(),
+            advice: seed_results[1..3].to_vec(),
+            searched: seeds.len() + examined,
+            stats: SearchStats::default(),
+        })
+    };
+    let mut result = with_pool(opts.threads, run)??;
+    result.stats = SearchStats {
+        replays: replays.into_inner(),
+        cut_short: cut.into_inner(),
+        elapsed: start.elapsed(),
+    };
+    Ok(result)
+}

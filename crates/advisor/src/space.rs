@@ -1,0 +1,438 @@
+//! The search space: the `PYTORCH_CUDA_ALLOC_CONF` options torch 2.15 accepts that change how
+//! device memory is cached, and the values tried for each.
+//!
+//! | dimension | values tried |
+//! |---|---|
+//! | `max_split_size_mb` | unset, 64, 128, 256, 512, 1024, 2048, 4096, 8192 — only those below twice the trace's largest request (larger ones never make a block oversize, so they behave as unset) |
+//! | `max_non_split_rounding_mb` | default (20), 64, 256, 1024 — only with `max_split_size_mb` set (it has no effect otherwise) and, like it, below twice the largest request |
+//! | `roundup_power2_divisions` | off, 2, 4, 8, 16, and the lists `[256:1,512:2,1024:4,>:8]` (torch's documented example: round only large requests) and `[64:8,128:4,256:2,>:1]` (round small requests finely, large ones not at all) |
+//! | `expandable_segments` | False, True |
+//! | `garbage_collection_threshold` + `per_process_memory_fraction` | off, 0.6/0.95, 0.8/0.95, 0.6/0.99, 0.8/0.99 (GC works only with a fraction below 1, and the fraction caps reserved memory at that share of the device) |
+//!
+//! Every candidate is written as a string and parsed by the same parser that mirrors torch
+//! 2.15's, so every recommendation is a string torch accepts.
+
+use std::fmt;
+
+use cachalot_core::AllocConf;
+use cachalot_core::config::parse_pytorch;
+use cachalot_replay::{LoadedTrace, TraceOp};
+
+use crate::AdvisorError;
+
+/// `max_split_size_mb` values tried, in MiB.
+pub const MAX_SPLIT_MB: [u64; 8] = [64, 128, 256, 512, 1024, 2048, 4096, 8192];
+/// `max_non_split_rounding_mb` values tried (with `max_split_size_mb`), in MiB.
+pub const NON_SPLIT_MB: [u64; 3] = [64, 256, 1024];
+/// `roundup_power2_divisions` single values tried.
+pub const ROUNDUP_SINGLE: [u64; 4] = [2, 4, 8, 16];
+/// `roundup_power2_divisions` lists tried.
+pub const ROUNDUP_LISTS: [&str; 2] = ["[256:1,512:2,1024:4,>:8]", "[64:8,128:4,256:2,>:1]"];
+/// (`garbage_collection_threshold`, `per_process_memory_fraction`) pairs tried.
+pub const GC_CHOICES: [(&str, &str); 4] = [
+    ("0.6", "0.95"),
+    ("0.8", "0.95"),
+    ("0.6", "0.99"),
+    ("0.8", "0.99"),
+];
+
+/// A `roundup_power2_divisions` choice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Roundup {
+    /// Not set (no power-of-two rounding).
+    #[default]
+    Off,
+    /// One number of divisions for every size.
+    Single(u64),
+    /// One of [`ROUNDUP_LISTS`], by index.
+    List(usize),
+}
+
+/// One point of the search space.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Settings {
+    /// `max_split_size_mb`.
+    pub max_split_mb: Option<u64>,
+    /// `max_non_split_rounding_mb` (only with `max_split_mb`).
+    pub non_split_mb: Option<u64>,
+    /// `roundup_power2_divisions`.
+    pub roundup: Roundup,
+    /// `expandable_segments:True`.
+    pub expandable: bool,
+    /// Index into [`GC_CHOICES`].
+    pub gc: Option<usize>,
+}
+
+impl Settings {
+    /// The default configuration (nothing set).
+    pub const DEFAULT: Settings = Settings {
+        max_split_mb: None,
+        non_split_mb: None,
+        roundup: Roundup::Off,
+        expandable: false,
+        gc: None,
+    };
+
+    /// `max_split_size_mb:128`, the setting the popular advice demonstrates.
+    pub const ADVICE_MAX_SPLIT: Settings = Settings {
+        max_split_mb: Some(128),
+        ..Settings::DEFAULT
+    };
+
+    /// `expandable_segments:True`, the other common advice.
+    pub const ADVICE_EXPANDABLE: Settings = Settings {
+        expandable: true,
+        ..Settings::DEFAULT
+    };
+
+    /// The keys this sets, as `PYTORCH_CUDA_ALLOC_CONF` entries, in a fixed order.
+    pub fn entries(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(m) = self.max_split_mb {
+            v.push(format!("max_split_size_mb:{m}"));
+        }
+        if let Some(n) = self.non_split_mb {
+            v.push(format!("max_non_split_rounding_mb:{n}"));
+        }
+        match self.roundup {
+            Roundup::Off => {}
+            Roundup::Single(d) => v.push(format!("roundup_power2_divisions:{d}")),
+            Roundup::List(i) => v.push(format!("roundup_power2_divisions:{}", ROUNDUP_LISTS[i])),
+        }
+        if self.expandable {
+            v.push("expandable_segments:True".into());
+        }
+        if let Some(g) = self.gc {
+            let (t, f) = GC_CHOICES[g];
+            v.push(format!("garbage_collection_threshold:{t}"));
+            v.push(format!("per_process_memory_fraction:{f}"));
+        }
+        v
+    }
+
+    /// How many keys it sets (the tie-break prefers fewer).
+    pub fn complexity(&self) -> usize {
+        self.entries().len()
+    }
+
+    /// Whether torch would see the combination as meaningful (`max_non_split_rounding_mb`
+    /// without `max_split_size_mb` changes nothing).
+    pub fn is_canonical(&self) -> bool {
+        self.non_split_mb.is_none() || self.max_split_mb.is_some()
+    }
+}
+
+impl fmt::Display for Settings {
+    /// The `PYTORCH_CUDA_ALLOC_CONF` string (empty for the default).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.entries().join(","))
+    }
+}
+
+/// A configuration to replay: from the search space, or given by the user.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// Its place in the search space, if it has one.
+    pub settings: Option<Settings>,
+    /// The `PYTORCH_CUDA_ALLOC_CONF` string (empty = default).
+    pub label: String,
+    /// The parsed configuration.
+    pub conf: AllocConf,
+    /// Keys set (tie-break: fewer first).
+    pub complexity: usize,
+}
+
+impl Candidate {
+    /// A candidate from the search space.
+    pub fn from_settings(s: Settings) -> Result<Self, AdvisorError> {
+        let mut c = Candidate::parse(&s.to_string())?;
+        c.settings = Some(s);
+        Ok(c)
+    }
+
+    /// A candidate from a user's string, parsed as torch 2.15 parses `PYTORCH_CUDA_ALLOC_CONF`.
+    pub fn parse(label: &str) -> Result<Self, AdvisorError> {
+        let (conf, _warnings) = parse_pytorch(label).map_err(|e| AdvisorError::Config {
+            conf: label.to_string(),
+            message: e.to_string(),
+        })?;
+        let complexity = label.split(',').filter(|p| !p.trim().is_empty()).count();
+        Ok(Candidate {
+            settings: None,
+            label: label.to_string(),
+            conf,
+            complexity,
+        })
+    }
+
+    /// The label for people: the string, or "default".
+    pub fn display_name(&self) -> &str {
+        if self.label.is_empty() {
+            "(default)"
+        } else {
+            &self.label
+        }
+    }
+
+    /// The tie-break order: fewer keys, then the string.
+    pub fn order_key(&self) -> (usize, &str) {
+        (self.complexity, &self.label)
+    }
+}
+
+/// The values worth trying for one trace.
+#[derive(Clone, Debug)]
+pub struct SearchSpace {
+    /// `max_split_size_mb` values (MiB).
+    pub max_split_mb: Vec<u64>,
+    /// `max_non_split_rounding_mb` values (MiB).
+    pub non_split_mb: Vec<u64>,
+    /// `roundup_power2_divisions` choices (without `Off`).
+    pub roundup: Vec<Roundup>,
+    /// GC choices (indices into [`GC_CHOICES`]).
+    pub gc: Vec<usize>,
+}
+
+/// One axis of the space, for coordinate moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dim {
+    /// `max_split_size_mb` (setting it to unset also clears `max_non_split_rounding_mb`).
+    MaxSplit,
+    /// `max_non_split_rounding_mb`.
+    NonSplit,
+    /// `roundup_power2_divisions`.
+    Roundup,
+    /// `expandable_segments`.
+    Expandable,
+    /// Garbage collection with a memory fraction.
+    Gc,
+}
+
+/// Every dimension.
+pub const DIMS: [Dim; 5] = [
+    Dim::MaxSplit,
+    Dim::NonSplit,
+    Dim::Roundup,
+    Dim::Expandable,
+    Dim::Gc,
+];
+
+impl SearchSpace {
+    /// The space for `trace`: size thresholds above twice its largest request are dropped.
+    pub fn for_trace(trace: &LoadedTrace) -> Self {
+        let largest = trace
+            .ops
+            .iter()
+            .filter_map(|op| match *op {
+                TraceOp::Alloc { size, .. } => Some(size),
+                TraceOp::Free { .. } => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let limit = largest.saturating_mul(2);
+        let keep = |mb: &u64| mb.saturating_mul(1 << 20) < limit;
+        SearchSpace {
+            max_split_mb: MAX_SPLIT_MB.iter().copied().filter(keep).collect(),
+            non_split_mb: NON_SPLIT_MB.iter().copied().filter(keep).collect(),
+            roundup: ROUNDUP_SINGLE
+                .iter()
+                .map(|&d| Roundup::Single(d))
+                .chain((0..ROUNDUP_LISTS.len()).map(Roundup::List))
+                .collect(),
+            gc: (0..GC_CHOICES.len()).collect(),
+        }
+    }
+
+    /// The values of one dimension, the "unset" one included.
+    pub fn values(&self, dim: Dim, base: &Settings) -> Vec<Settings> {
+        let mut out = Vec::new();
+        match dim {
+            Dim::MaxSplit => {
+                out.push(Settings {
+                    max_split_mb: None,
+                    non_split_mb: None,
+                    ..*base
+                });
+                for &m in &self.max_split_mb {
+                    out.push(Settings {
+                        max_split_mb: Some(m),
+                        ..*base
+                    });
+                }
+            }
+            Dim::NonSplit => {
+                if base.max_split_mb.is_some() {
+                    out.push(Settings {
+                        non_split_mb: None,
+                        ..*base
+                    });
+                    for &n in &self.non_split_mb {
+                        out.push(Settings {
+                            non_split_mb: Some(n),
+                            ..*base
+                        });
+                    }
+                }
+            }
+            Dim::Roundup => {
+                out.push(Settings {
+                    roundup: Roundup::Off,
+                    ..*base
+                });
+                for &r in &self.roundup {
+                    out.push(Settings {
+                        roundup: r,
+                        ..*base
+                    });
+                }
+            }
+            Dim::Expandable => {
+                for e in [false, true] {
+                    out.push(Settings {
+                        expandable: e,
+                        ..*base
+                    });
+                }
+            }
+            Dim::Gc => {
+                out.push(Settings { gc: None, ..*base });
+                for &g in &self.gc {
+                    out.push(Settings {
+                        gc: Some(g),
+                        ..*base
+                    });
+                }
+            }
+        }
+        out.retain(Settings::is_canonical);
+        out
+    }
+
+    /// The first round: the default, the common advice, and every option alone.
+    pub fn singles(&self) -> Vec<Settings> {
+        let mut v = vec![
+            Settings::DEFAULT,
+            Settings::ADVICE_MAX_SPLIT,
+            Settings::ADVICE_EXPANDABLE,
+        ];
+        for dim in DIMS {
+            v.extend(self.values(dim, &Settings::DEFAULT));
+        }
+        for &m in self.max_split_mb.iter().take(2) {
+            let base = Settings {
+                max_split_mb: Some(m),
+                ..Settings::DEFAULT
+            };
+            v.extend(self.values(Dim::NonSplit, &base));
+        }
+        dedup(v)
+    }
+
+    /// Every combination of the given values per dimension.
+    pub fn product(
+        &self,
+        max_split: &[Option<u64>],
+        roundup: &[Roundup],
+        expandable: &[bool],
+        gc: &[Option<usize>],
+    ) -> Vec<Settings> {
+        let mut v = Vec::new();
+        for &m in max_split {
+            for &r in roundup {
+                for &e in expandable {
+                    for &g in gc {
+                        v.push(Settings {
+                            max_split_mb: m,
+                            non_split_mb: None,
+                            roundup: r,
+                            expandable: e,
+                            gc: g,
+                        });
+                    }
+                }
+            }
+        }
+        dedup(v)
+    }
+
+    /// Every setting one coordinate move away from `base`.
+    pub fn neighbours(&self, base: &Settings) -> Vec<Settings> {
+        let mut v = Vec::new();
+        for dim in DIMS {
+            v.extend(self.values(dim, base));
+        }
+        dedup(v)
+    }
+}
+
+/// Removes repeats, keeping the first of each.
+pub fn dedup(v: Vec<Settings>) -> Vec<Settings> {
+    let mut seen = std::collections::HashSet::new();
+    v.into_iter().filter(|s| seen.insert(*s)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_point_is_a_string_torch_accepts() {
+        let space = SearchSpace {
+            max_split_mb: MAX_SPLIT_MB.to_vec(),
+            non_split_mb: NON_SPLIT_MB.to_vec(),
+            roundup: SearchSpace::for_trace(&LoadedTrace::default()).roundup,
+            gc: (0..GC_CHOICES.len()).collect(),
+        };
+        let mut n = 0;
+        for s in space.singles() {
+            for t in space.neighbours(&s) {
+                let c = Candidate::from_settings(t).unwrap();
+                let back = Candidate::parse(&c.label).unwrap();
+                assert_eq!(back.conf, c.conf);
+                n += 1;
+            }
+        }
+        assert!(n > 100);
+    }
+
+    #[test]
+    fn strings_are_canonical() {
+        let s = Settings {
+            max_split_mb: Some(128),
+            non_split_mb: Some(64),
+            roundup: Roundup::List(0),
+            expandable: true,
+            gc: Some(1),
+        };
+        assert_eq!(
+            s.to_string(),
+            "max_split_size_mb:128,max_non_split_rounding_mb:64,\
+             roundup_power2_divisions:[256:1,512:2,1024:4,>:8],expandable_segments:True,\
+             garbage_collection_threshold:0.8,per_process_memory_fraction:0.95"
+        );
+        assert_eq!(s.complexity(), 6);
+        assert_eq!(Settings::DEFAULT.to_string(), "");
+        let c = Candidate::from_settings(s).unwrap();
+        assert_eq!(c.conf.max_split_size, 128 << 20);
+        assert!(c.conf.expandable_segments);
+        assert!(c.conf.gc_enabled());
+    }
+
+    #[test]
+    fn thresholds_above_the_largest_request_are_dropped() {
+        let csv = format!(
+            "Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x1,{},0\n",
+            300u64 << 20
+        );
+        let trace = cachalot_replay::load_bytes(csv.as_bytes()).unwrap();
+        let space = SearchSpace::for_trace(&trace);
+        assert_eq!(space.max_split_mb, vec![64, 128, 256, 512]);
+        assert_eq!(space.non_split_mb, vec![64, 256]);
+    }
+
+    #[test]
+    fn bad_strings_are_rejected_with_the_input() {
+        let e = Candidate::parse("no_such_key:1").unwrap_err().to_string();
+        assert!(e.contains("'no_such_key:1'"), "{e}");
+    }
+}

@@ -1,0 +1,72 @@
+//! `cachalot convert IN OUT.csv`: any supported input as an RMM memory-log CSV.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use cachalot_replay::input::InputKind;
+use cachalot_replay::{LoadOptions, TraceOp, load_input};
+use cachalot_torchfmt::{EventKind, ReplayEvent, write_rmm_csv};
+
+/// Arguments of `cachalot convert`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The input: a torch memory snapshot (pickle or JSON) or an RMM CSV, plain or gzip.
+    input: PathBuf,
+    /// The RMM CSV to write (`-` for standard output).
+    output: PathBuf,
+    /// For a snapshot with history on several devices: the device to convert.
+    #[arg(long, value_name = "N")]
+    device: Option<u32>,
+}
+
+/// Runs `cachalot convert`.
+pub fn run(a: Args) -> Result<ExitCode> {
+    if !a.input.exists() {
+        bail!("input file {} does not exist", a.input.display());
+    }
+    let input = load_input(&a.input, &LoadOptions { device: a.device })?;
+    let events: Vec<ReplayEvent> = match &input.kind {
+        // A snapshot keeps its own addresses.
+        InputKind::Snapshot { events, .. } => events.events.clone(),
+        // An RMM CSV is normalized: the oracle's rules applied (unmatched frees dropped,
+        // streams renumbered), each allocation named by its number.
+        InputKind::RmmCsv => {
+            let mut allocs = Vec::new();
+            let mut out = Vec::with_capacity(input.trace.ops.len());
+            for op in &input.trace.ops {
+                let (kind, slot) = match *op {
+                    TraceOp::Alloc {
+                        slot, size, stream, ..
+                    } => {
+                        allocs.push((size, stream));
+                        (EventKind::Allocate, slot)
+                    }
+                    TraceOp::Free { slot, .. } => (EventKind::Free, slot),
+                };
+                let (size, stream) = allocs[slot as usize];
+                out.push(ReplayEvent {
+                    kind,
+                    addr: u64::from(slot) + 1,
+                    size,
+                    stream,
+                });
+            }
+            out
+        }
+    };
+    if let Some(note) = input.note() {
+        eprintln!("cachalot: {note}");
+    }
+    if a.output.as_os_str() == "-" {
+        write_rmm_csv(std::io::stdout().lock(), &events)?;
+    } else {
+        let f = File::create(&a.output)
+            .with_context(|| format!("cannot create {}", a.output.display()))?;
+        write_rmm_csv(BufWriter::new(f), &events)
+            .with_context(|| format!("cannot write {}", a.output.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

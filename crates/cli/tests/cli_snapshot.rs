@@ -1,0 +1,285 @@
+//! The snapshot-related commands end to end: `replay --summary/--json/--snapshot/--device`,
+//! `convert` and `explain`, on the fixtures, with real values checked.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+fn cachalot(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cachalot"))
+        .args(args)
+        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
+        .env_remove("PYTORCH_ALLOC_CONF")
+        .env_remove("CACHALOT_ALLOC_CONF")
+        .output()
+        .unwrap()
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = cachalot(args);
+    assert!(
+        out.status.success(),
+        "cachalot {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn gunzip(path: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cachalot-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn replay_summary_prints_torchs_table() {
+    let trace = fixtures().join("traces/resnet50-train.csv.gz");
+    let out = ok(&["replay", path(&trace), "--summary"]);
+    let table: String = out
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let golden =
+        std::fs::read_to_string(fixtures().join("golden/resnet50-train/default.summary.txt"))
+            .unwrap();
+    assert_eq!(table, golden);
+}
+
+#[test]
+fn replay_json_has_memory_stats() {
+    let trace = fixtures().join("traces/resnet50-train.csv.gz");
+    let out = ok(&["replay", path(&trace), "--json", "--capacity", "5215617024"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let golden: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(fixtures().join("golden/resnet50-train/oom.memory_stats.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(v["memory_stats"], golden);
+    assert_eq!(v["num_ooms"], 800);
+}
+
+#[test]
+fn replay_snapshot_writes_a_pickle_that_reads_back_as_torchs() {
+    let trace = fixtures().join("traces/resnet50-train.csv.gz");
+    let out = tmp("r50.pickle");
+    ok(&["replay", path(&trace), "--snapshot", path(&out)]);
+    let ours = cachalot_torchfmt::read_snapshot(&std::fs::read(&out).unwrap()).unwrap();
+    let theirs = cachalot_torchfmt::read_snapshot(&gunzip(
+        &fixtures().join("pickle/resnet50-train.default.pickle.gz"),
+    ))
+    .unwrap();
+    assert_eq!(ours.segments, theirs.segments);
+    assert_eq!(ours.device_traces[0].entries.len(), 15680);
+    // A ring of 100 entries keeps the last 100.
+    let short = tmp("r50-100.pickle");
+    ok(&[
+        "replay",
+        path(&trace),
+        "--snapshot",
+        path(&short),
+        "--history-entries",
+        "100",
+    ]);
+    let ring = cachalot_torchfmt::read_snapshot(&std::fs::read(&short).unwrap()).unwrap();
+    assert_eq!(
+        ring.device_traces[0].entries[..],
+        ours.device_traces[0].entries[15580..]
+    );
+}
+
+#[test]
+fn replay_reads_snapshots_as_input_and_says_what_it_dropped() {
+    let snap = fixtures().join("snapshots/cs336_bcrafton.json.gz");
+    let csv = fixtures().join("traces/cs336_bcrafton.csv.gz");
+    let a = cachalot(&["replay", path(&snap), "--json"]);
+    assert!(a.status.success());
+    let stderr = String::from_utf8_lossy(&a.stderr);
+    assert!(
+        stderr.contains("222 frees of blocks allocated before it were dropped"),
+        "{stderr}"
+    );
+    let a: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    let b: serde_json::Value =
+        serde_json::from_str(&ok(&["replay", path(&csv), "--json"])).unwrap();
+    for key in [
+        "events",
+        "peak",
+        "final",
+        "device_stats",
+        "memory_stats",
+        "trace_stats",
+    ] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+}
+
+#[test]
+fn replay_picks_a_device_of_a_multi_device_snapshot() {
+    let snap = fixtures().join("snapshots/code_location_expandable_3gpu_oom.json.gz");
+    let err = cachalot(&["replay", path(&snap)]);
+    assert!(!err.status.success());
+    let msg = String::from_utf8_lossy(&err.stderr);
+    assert!(msg.contains("choose one (--device N)"), "{msg}");
+    let out = ok(&["replay", path(&snap), "--device", "1", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["events"], 374);
+}
+
+#[test]
+fn convert_writes_the_reference_csv() {
+    for (input, reference, device) in [
+        (
+            "snapshots/select_n_multistream.json.gz",
+            "traces/select_n_multistream.csv.gz",
+            None,
+        ),
+        (
+            "snapshots/code_location_expandable_3gpu_oom.json.gz",
+            "traces/code_location_expandable_3gpu_oom.dev2.csv.gz",
+            Some("2"),
+        ),
+    ] {
+        let out = tmp("converted.csv");
+        let mut args = vec![
+            "convert".to_string(),
+            path(&fixtures().join(input)).to_string(),
+            path(&out).to_string(),
+        ];
+        if let Some(d) = device {
+            args.extend(["--device".to_string(), d.to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ok(&args);
+        assert!(
+            std::fs::read(&out).unwrap() == gunzip(&fixtures().join(reference)),
+            "{input}"
+        );
+    }
+    // A pickle converts too, and the conversion replays like the original trace.
+    let out = tmp("from-pickle.csv");
+    ok(&[
+        "convert",
+        path(&fixtures().join("pickle/resnet50-train.default.pickle.gz")),
+        path(&out),
+    ]);
+    let a: serde_json::Value =
+        serde_json::from_str(&ok(&["replay", path(&out), "--json"])).unwrap();
+    let b: serde_json::Value = serde_json::from_str(&ok(&[
+        "replay",
+        path(&fixtures().join("traces/resnet50-train.csv.gz")),
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(a["device_stats"], b["device_stats"]);
+}
+
+#[test]
+fn explain_reads_torchs_oom_snapshot() {
+    let snap = fixtures().join("pickle/resnet50-train.oom-5G.pickle.gz");
+    let out = ok(&["explain", path(&snap)]);
+    assert!(out.contains("646 out-of-memory entries"), "{out}");
+    assert!(
+        out.contains("rebuilt by replaying the history up to it"),
+        "{out}"
+    );
+    assert!(
+        out.contains("646 out-of-memory errors (the snapshot records 646)"),
+        "{out}"
+    );
+    // torch's last OOM: 0 bytes free on the device, 33.88 MiB reserved but unallocated (as
+    // cachalot's own replay reports at its 646th OOM).
+    assert!(out.contains("a request of 49.00 MiB (rounded)"), "{out}");
+    assert!(out.contains("the device had 0 bytes free"), "{out}");
+    let unallocated = out
+        .lines()
+        .find(|l| l.contains("reserved but unallocated"))
+        .unwrap();
+    assert!(unallocated.ends_with("33.88 MiB"), "{unallocated}");
+    assert!(out.contains("why: not enough memory"), "{out}");
+}
+
+#[test]
+fn explain_of_a_snapshot_at_the_oom_matches_the_replay() {
+    let trace = fixtures().join("traces/resnet50-train.csv.gz");
+    let snap = tmp("at-oom.pickle");
+    let replayed = ok(&[
+        "replay",
+        path(&trace),
+        "--capacity",
+        "5G",
+        "--max-oom-messages",
+        "1",
+    ]);
+    ok(&[
+        "replay",
+        path(&trace),
+        "--capacity",
+        "5G",
+        "--stop-at-oom",
+        "--no-explain",
+        "--snapshot",
+        path(&snap),
+    ]);
+    let explained = ok(&["explain", path(&snap)]);
+    let reading = |s: &str| -> Vec<String> {
+        let start = s.find("out of memory on device").unwrap();
+        s[start..]
+            .lines()
+            .take_while(|l| !l.contains("why:"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(reading(&replayed), reading(&explained));
+    assert!(
+        explained.contains("suggestion: add expandable_segments:True"),
+        "{explained}"
+    );
+}
+
+#[test]
+fn bad_inputs_get_errors_that_quote_them() {
+    let bad = tmp("bad.json");
+    std::fs::write(&bad, br#"{"segments": [{"device": 0}]}"#).unwrap();
+    let out = cachalot(&["replay", path(&bad)]);
+    assert_eq!(out.status.code(), Some(2));
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(msg.contains("bad.json"), "{msg}");
+    assert!(
+        msg.contains("snapshot field segments[0]: missing key 'address'"),
+        "{msg}"
+    );
+    let trunc = tmp("trunc.pickle");
+    let full = gunzip(&fixtures().join("pickle/resnet50-train.default.pickle.gz"));
+    std::fs::write(&trunc, &full[..1000]).unwrap();
+    let msg = String::from_utf8_lossy(&cachalot(&["explain", path(&trunc)]).stderr).to_string();
+    assert!(
+        msg.contains("truncated: a frame of 65540 bytes starts here"),
+        "{msg}"
+    );
+    let msg = String::from_utf8_lossy(
+        &cachalot(&[
+            "explain",
+            path(&fixtures().join("snapshots/cs336_magma.json.gz")),
+        ])
+        .stderr,
+    )
+    .to_string();
+    assert!(msg.contains("history has no `oom` entry"), "{msg}");
+}

@@ -1,0 +1,301 @@
+//! Why an allocation ran out of memory, in numbers.
+//!
+//! torch's message says how much is allocated and how much is "reserved but unallocated".
+//! [`explain_oom`] takes the segments at the failure (a snapshot taken there, or cachalot's
+//! allocator stopped there) and splits the free cached memory by the reason it could not
+//! serve the request, following the allocator's search (spec §4.1):
+//!
+//! - a block on another stream is never reused (the free set is per stream);
+//! - a block of the other pool kind is never used (requests ≤ 1 MiB go to the small pool);
+//! - in the right pool and stream, a block smaller than the rounded request does not fit;
+//! - a block big enough can still be refused by the oversize rules of `max_split_size_mb`
+//!   (an oversize block for a normal request, or one `max_non_split_rounding_mb` or more
+//!   bigger than an oversize request);
+//! - what is left would fit (after a real OOM only when the final cache flush freed it and
+//!   torch did not search again, torch issue #189504).
+//!
+//! Which option would have avoided the failure is a replay question; `cachalot-replay`
+//! answers it by replaying the trace with each candidate.
+
+use std::fmt::{self, Write as _};
+
+use cachalot_core::size::{allocation_size, is_small};
+use cachalot_core::{AllocConf, BlockState, format_size};
+
+use crate::model::Segment;
+
+/// The failed request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OomRequest {
+    /// Device ordinal.
+    pub device: u32,
+    /// The request after rounding (the `oom` trace entry's `size`).
+    pub rounded: u64,
+    /// The stream, as torch writes it.
+    pub stream: u64,
+    /// Free device memory at the failure (`device_free`).
+    pub device_free: u64,
+}
+
+/// Free cached memory of one pool kind and stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FreeByStream {
+    /// Small pool or large.
+    pub is_small: bool,
+    /// The stream.
+    pub stream: u64,
+    /// The largest free block.
+    pub largest: u64,
+    /// All free bytes.
+    pub total: u64,
+    /// Number of free blocks.
+    pub blocks: u64,
+}
+
+/// The reading of one out-of-memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OomExplanation {
+    /// The request.
+    pub request: OomRequest,
+    /// Whether it went to the small pool.
+    pub small_pool: bool,
+    /// The segment size the allocator tried to obtain ("Tried to allocate").
+    pub alloc_size: u64,
+    /// Bytes reserved from the device (all segments).
+    pub reserved: u64,
+    /// Segments.
+    pub segments: u64,
+    /// Bytes allocated to users.
+    pub allocated: u64,
+    /// Bytes freed by users but waiting on stream events.
+    pub pending_free: u64,
+    /// Free cached bytes (reserved − allocated − pending).
+    pub free_cached: u64,
+    /// Free bytes in whole free segments (what `empty_cache` could return).
+    pub releasable: u64,
+    /// Free bytes on other streams.
+    pub other_stream: u64,
+    /// Free bytes in the other pool kind.
+    pub other_pool: u64,
+    /// Free bytes in the request's pool and stream, in blocks smaller than the request.
+    pub too_small: u64,
+    /// Free bytes in blocks large enough but refused by the oversize rules.
+    pub refused_oversize: u64,
+    /// Free bytes in blocks that would have served the request.
+    pub would_fit: u64,
+    /// The largest free block per pool kind and stream (large pool first, then by stream).
+    pub free_by_stream: Vec<FreeByStream>,
+    /// `max_split_size` in force, if set.
+    pub max_split_size: Option<u64>,
+}
+
+/// Whether a free block of `block` bytes is refused for a `size`-byte request by the
+/// `max_split_size_mb` rules.
+fn refused_by_oversize(conf: &AllocConf, size: u64, block: u64, expandable: bool) -> bool {
+    let ms = conf.max_split_size;
+    if expandable && conf.cachalot.expandable_oversize_exempt {
+        return false;
+    }
+    (size < ms && block >= ms)
+        || (size >= ms && block >= size.saturating_add(conf.max_non_split_rounding_size))
+}
+
+/// Reads the failure of `request` against `segments` (those of the request's device) under
+/// configuration `conf`.
+pub fn explain_oom<'s>(
+    segments: impl IntoIterator<Item = &'s Segment>,
+    request: OomRequest,
+    conf: &AllocConf,
+) -> OomExplanation {
+    let small_pool = is_small(request.rounded);
+    let mut x = OomExplanation {
+        request,
+        small_pool,
+        alloc_size: allocation_size(request.rounded, conf),
+        reserved: 0,
+        segments: 0,
+        allocated: 0,
+        pending_free: 0,
+        free_cached: 0,
+        releasable: 0,
+        other_stream: 0,
+        other_pool: 0,
+        too_small: 0,
+        refused_oversize: 0,
+        would_fit: 0,
+        free_by_stream: Vec::new(),
+        max_split_size: (conf.max_split_size != u64::MAX).then_some(conf.max_split_size),
+    };
+    for s in segments {
+        if s.device != request.device {
+            continue;
+        }
+        x.segments += 1;
+        x.reserved += s.total_size;
+        x.allocated += s.allocated_size;
+        let whole_free = s.blocks.len() == 1 && s.blocks[0].state == BlockState::Inactive;
+        for b in &s.blocks {
+            match b.state {
+                BlockState::ActiveAllocated => continue,
+                BlockState::ActivePendingFree => {
+                    x.pending_free += b.size;
+                    continue;
+                }
+                BlockState::Inactive => {}
+            }
+            x.free_cached += b.size;
+            if whole_free && !s.is_expandable {
+                x.releasable += b.size;
+            }
+            match x
+                .free_by_stream
+                .iter_mut()
+                .find(|f| f.is_small == s.is_small && f.stream == s.stream)
+            {
+                Some(f) => {
+                    f.largest = f.largest.max(b.size);
+                    f.total += b.size;
+                    f.blocks += 1;
+                }
+                None => x.free_by_stream.push(FreeByStream {
+                    is_small: s.is_small,
+                    stream: s.stream,
+                    largest: b.size,
+                    total: b.size,
+                    blocks: 1,
+                }),
+            }
+            if s.is_small != small_pool {
+                x.other_pool += b.size;
+            } else if s.stream != request.stream {
+                x.other_stream += b.size;
+            } else if b.size < request.rounded {
+                x.too_small += b.size;
+            } else if refused_by_oversize(conf, request.rounded, b.size, s.is_expandable) {
+                x.refused_oversize += b.size;
+            } else {
+                x.would_fit += b.size;
+            }
+        }
+    }
+    x.free_by_stream
+        .sort_by_key(|f| (f.is_small, f.stream, u64::MAX - f.largest));
+    x
+}
+
+impl OomExplanation {
+    /// Reserved bytes no allocation uses (free cached plus pending frees), torch's
+    /// "reserved by PyTorch but unallocated".
+    pub fn reserved_unallocated(&self) -> u64 {
+        self.reserved.saturating_sub(self.allocated)
+    }
+
+    /// One sentence: what kind of failure this is.
+    pub fn verdict(&self) -> String {
+        let need = self.alloc_size;
+        if self.would_fit > 0 {
+            format!(
+                "{} of free cached blocks would have fit: the final cache flush freed them \
+                 and the allocator did not search again (torch issue #189504); retrying the \
+                 allocation succeeds",
+                format_size(self.would_fit)
+            )
+        } else if self.refused_oversize >= self.request.rounded {
+            format!(
+                "max_split_size_mb refused {} of free blocks large enough for the request; \
+                 a larger max_split_size_mb (or none) would have served it",
+                format_size(self.refused_oversize)
+            )
+        } else if self.free_cached.saturating_add(self.request.device_free) >= need {
+            format!(
+                "fragmentation: {} was free (cache {} + device {}), more than the {} needed, \
+                 but not in one usable piece",
+                format_size(self.free_cached + self.request.device_free),
+                format_size(self.free_cached),
+                format_size(self.request.device_free),
+                format_size(need)
+            )
+        } else {
+            format!(
+                "not enough memory: only {} was free in the cache and on the device for a \
+                 {} segment; fragmentation alone does not explain it (the program holds {} \
+                 allocated)",
+                format_size(self.free_cached + self.request.device_free),
+                format_size(need),
+                format_size(self.allocated)
+            )
+        }
+    }
+}
+
+fn pool_name(small: bool) -> &'static str {
+    if small { "small pool" } else { "large pool" }
+}
+
+impl fmt::Display for OomExplanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = &self.request;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "out of memory on device {}: a request of {} (rounded) on stream {} in the {} \
+             needed a new {} segment; the device had {} free",
+            r.device,
+            format_size(r.rounded),
+            r.stream,
+            pool_name(self.small_pool),
+            format_size(self.alloc_size),
+            format_size(r.device_free)
+        );
+        let row = |s: &mut String, label: &str, v: u64| {
+            let _ = writeln!(s, "  {label:<44} {:>12}", format_size(v));
+        };
+        row(
+            &mut s,
+            &format!("reserved ({} segments)", self.segments),
+            self.reserved,
+        );
+        row(&mut s, "allocated", self.allocated);
+        row(
+            &mut s,
+            "reserved but unallocated",
+            self.reserved_unallocated(),
+        );
+        row(&mut s, "  waiting on stream events", self.pending_free);
+        row(&mut s, "  free in the cache", self.free_cached);
+        row(&mut s, "    on other streams", self.other_stream);
+        row(
+            &mut s,
+            &format!("    in the {}", pool_name(!self.small_pool)),
+            self.other_pool,
+        );
+        row(&mut s, "    too small for the request", self.too_small);
+        let ms = match self.max_split_size {
+            Some(ms) => format!("    refused by max_split_size_mb ({})", format_size(ms)),
+            None => "    refused by max_split_size_mb (unset)".into(),
+        };
+        row(&mut s, &ms, self.refused_oversize);
+        row(&mut s, "    would fit", self.would_fit);
+        row(
+            &mut s,
+            "  in whole free segments (releasable)",
+            self.releasable,
+        );
+        if !self.free_by_stream.is_empty() {
+            let _ = writeln!(s, "  largest free block per pool and stream:");
+            for b in &self.free_by_stream {
+                let _ = writeln!(
+                    s,
+                    "    {}, stream {:<14} {:>12} (of {} in {} free blocks)",
+                    pool_name(b.is_small),
+                    b.stream,
+                    format_size(b.largest),
+                    format_size(b.total),
+                    b.blocks
+                );
+            }
+        }
+        let _ = writeln!(s, "  why: {}", self.verdict());
+        f.write_str(&s)
+    }
+}
