@@ -286,19 +286,6 @@ fn section(o: &mut String, t: &Timeline, ymax: u64, smax: u64, cap: u64) {
     );
 }
 
-fn cells(m: &crate::Metrics) -> Vec<String> {
-    vec![
-        m.ooms.to_string(),
-        m.retries.to_string(),
-        m.device_allocs.to_string(),
-        m.device_frees.to_string(),
-        ms(m.cost_us),
-        format_size(m.peak_reserved),
-        format_size(m.peak_allocated),
-        format!("{:.1}%", 100.0 * m.utilization()),
-    ]
-}
-
 const METRIC_HEADER: [&str; 8] = [
     "OOMs",
     "retries",
@@ -318,14 +305,14 @@ pub fn tune_page(r: &TuneResult, trace: &str, timelines: &[Timeline]) -> String 
     let mut rows = Vec::new();
     for (i, e) in r.ranking.iter().enumerate() {
         let mut c = vec![(i + 1).to_string()];
-        c.extend(cells(&e.metrics));
+        c.extend(crate::text::number_cells(&e.metrics));
         c.push(e.candidate.display_name().to_string());
         rows.push((e.candidate.label.clone(), c));
     }
     for e in std::iter::once(&r.default).chain(&r.advice) {
         if !rows.iter().any(|(l, _)| *l == e.candidate.label) {
             let mut c = vec!["-".to_string()];
-            c.extend(cells(&e.metrics));
+            c.extend(crate::text::number_cells(&e.metrics));
             c.push(e.candidate.display_name().to_string());
             rows.push((e.candidate.label.clone(), c));
         }
@@ -361,7 +348,7 @@ pub fn compare_page(r: &CompareResult, trace: &str, timelines: &[Timeline]) -> S
         .iter()
         .map(|row| {
             let mut c = vec![row.min_capacity.map(capacity).unwrap_or_else(|| "-".into())];
-            c.extend(cells(&row.metrics));
+            c.extend(crate::text::number_cells(&row.metrics));
             c.push(row.candidate.display_name().to_string());
             (row.candidate.label.clone(), c)
         })

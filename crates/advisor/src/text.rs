@@ -108,7 +108,8 @@ const HEADER: [&str; 9] = [
     "config",
 ];
 
-fn metric_cells(m: &Metrics, label: &str) -> Vec<String> {
+/// The table cells of one configuration's numbers, shared by the text and HTML reports.
+pub(crate) fn number_cells(m: &Metrics) -> Vec<String> {
     vec![
         m.ooms.to_string(),
         m.retries.to_string(),
@@ -118,8 +119,13 @@ fn metric_cells(m: &Metrics, label: &str) -> Vec<String> {
         format_size(m.peak_reserved),
         format_size(m.peak_allocated),
         format!("{:.1}%", 100.0 * m.utilization()),
-        label.to_string(),
     ]
+}
+
+fn metric_cells(m: &Metrics, label: &str) -> Vec<String> {
+    let mut cells = number_cells(m);
+    cells.push(label.to_string());
+    cells
 }
 
 /// Lays out rows as aligned columns (the last column left-aligned, the others right-aligned).
