@@ -60,6 +60,13 @@ pub struct ResolvedConf {
     pub warnings: Vec<Warning>,
 }
 
+/// Whether `PYTORCH_NO_CUDA_MEMORY_CACHING` switches caching off (torch 2.15: only `1` or
+/// `true`).
+pub fn no_caching_from_env() -> bool {
+    std::env::var("PYTORCH_NO_CUDA_MEMORY_CACHING")
+        .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "True" | "TRUE"))
+}
+
 /// `--conf STR` if given (PyTorch's grammar; `CACHALOT_ALLOC_CONF` from the environment still
 /// applies on top), else the environment as PyTorch reads it.
 pub fn resolve_conf(conf: Option<&str>) -> Result<ResolvedConf> {

@@ -20,10 +20,12 @@
 //! Module map: [`config`] (what `PYTORCH_CUDA_ALLOC_CONF` means), `size` (rounding and size
 //! classes), `block`/`pool` (blocks and best-fit sets), `malloc`/`free`/`release` (the three
 //! paths), `expandable` (virtual-memory segments), [`stats`], [`history`], [`snapshot`],
-//! `invariants` (the recount checker).
+//! `invariants` (the recount checker), [`async_backend`] (`backend:cudaMallocAsync` and the
+//! uncached mode, which do not cache blocks themselves).
 
 #![forbid(unsafe_code)]
 
+pub mod async_backend;
 mod block;
 pub mod config;
 mod expandable;

@@ -74,6 +74,20 @@ pub struct MemInfo {
     pub total: u64,
 }
 
+/// What a stream-ordered memory pool holds (`cudaMemPoolAttr{Reserved,Used}Mem{Current,High}`):
+/// the numbers torch's `backend:cudaMallocAsync` reports as its statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// Bytes of device memory backing the pool now, used or cached (`ReservedMemCurrent`).
+    pub reserved_current: u64,
+    /// The highest `reserved_current` since the last peak reset (`ReservedMemHigh`).
+    pub reserved_high: u64,
+    /// Bytes of the pool handed out and not yet freed (`UsedMemCurrent`).
+    pub used_current: u64,
+    /// The highest `used_current` since the last peak reset (`UsedMemHigh`).
+    pub used_high: u64,
+}
+
 /// A GPU, real or simulated, as the caching allocator sees it.
 ///
 /// All methods take `&mut self`: the allocator calls them with its per-device lock held.
@@ -137,6 +151,54 @@ pub trait Device: Send {
     fn mem_unmap(&mut self, _ptr: u64, _size: u64, _handle: MemHandle) -> DeviceResult<()> {
         Err(DeviceError::NotSupported { call: "cuMemUnmap" })
     }
+
+    // --- The stream-ordered pool (`backend:cudaMallocAsync`). A device without one answers
+    // `NotSupported`. The pool is the device's default pool, configured as torch configures it:
+    // release threshold at the maximum (freed memory stays cached until `trim`), and every
+    // reuse policy enabled.
+
+    /// Allocates exactly `size` bytes from the stream-ordered pool, usable in stream order on
+    /// `stream` (`cudaMallocAsync`).
+    fn malloc_async(&mut self, _size: u64, _stream: StreamId) -> DeviceResult<u64> {
+        Err(DeviceError::NotSupported {
+            call: "cudaMallocAsync",
+        })
+    }
+    /// Returns `ptr` (allocated with `size` bytes by [`Device::malloc_async`]) to the pool once
+    /// all work queued so far on `stream` and on every stream of `also_used_on` has completed
+    /// (`cudaFreeAsync`; with other streams, on a private stream made to wait for all of them,
+    /// as torch does).
+    fn free_async(
+        &mut self,
+        _ptr: u64,
+        _size: u64,
+        _stream: StreamId,
+        _also_used_on: &[StreamId],
+    ) -> DeviceResult<()> {
+        Err(DeviceError::NotSupported {
+            call: "cudaFreeAsync",
+        })
+    }
+    /// Waits for all work on the device, then releases the pool's cached memory until at most
+    /// `keep` unused bytes remain (`cudaDeviceSynchronize` + `cudaMemPoolTrimTo`).
+    fn trim(&mut self, _keep: u64) -> DeviceResult<()> {
+        Err(DeviceError::NotSupported {
+            call: "cudaMemPoolTrimTo",
+        })
+    }
+    /// The pool's reserved and used bytes, current and high-water (`cudaMemPoolGetAttribute`).
+    fn pool_usage(&mut self) -> DeviceResult<PoolUsage> {
+        Err(DeviceError::NotSupported {
+            call: "cudaMemPoolGetAttribute",
+        })
+    }
+    /// Resets the pool's high-water marks to the current values (`cudaMemPoolSetAttribute` of
+    /// `ReservedMemHigh` and `UsedMemHigh`).
+    fn reset_pool_peaks(&mut self) -> DeviceResult<()> {
+        Err(DeviceError::NotSupported {
+            call: "cudaMemPoolSetAttribute",
+        })
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -184,5 +246,26 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn mem_unmap(&mut self, ptr: u64, size: u64, handle: MemHandle) -> DeviceResult<()> {
         (**self).mem_unmap(ptr, size, handle)
+    }
+    fn malloc_async(&mut self, size: u64, stream: StreamId) -> DeviceResult<u64> {
+        (**self).malloc_async(size, stream)
+    }
+    fn free_async(
+        &mut self,
+        ptr: u64,
+        size: u64,
+        stream: StreamId,
+        also_used_on: &[StreamId],
+    ) -> DeviceResult<()> {
+        (**self).free_async(ptr, size, stream, also_used_on)
+    }
+    fn trim(&mut self, keep: u64) -> DeviceResult<()> {
+        (**self).trim(keep)
+    }
+    fn pool_usage(&mut self) -> DeviceResult<PoolUsage> {
+        (**self).pool_usage()
+    }
+    fn reset_pool_peaks(&mut self) -> DeviceResult<()> {
+        (**self).reset_pool_peaks()
     }
 }

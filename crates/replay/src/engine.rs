@@ -9,12 +9,12 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use cachalot_core::{
-    AllocConf, AllocError, CachingAllocator, DeviceStats, MemInfo, MemorySnapshot, OomReport,
-    StreamId,
+    AllocConf, AllocError, DeviceStats, MemInfo, MemorySnapshot, OomReport, StreamId,
 };
 use cachalot_sim::{LogEntry, SimConfig, SimCounters, SimDevice};
 
 use crate::load::{LoadedTrace, TraceOp};
+use crate::target::{MallocError, Target};
 
 /// How to replay.
 #[derive(Clone, Debug)]
@@ -40,6 +40,8 @@ pub struct ReplayOptions {
     pub history_entries: Option<usize>,
     /// Take a memory snapshot (history and segments) where the replay ends.
     pub snapshot_at_end: bool,
+    /// `PYTORCH_NO_CUDA_MEMORY_CACHING=1`: every request goes straight to the device.
+    pub no_caching: bool,
 }
 
 impl Default for ReplayOptions {
@@ -55,6 +57,7 @@ impl Default for ReplayOptions {
             sample_every: 0,
             history_entries: None,
             snapshot_at_end: false,
+            no_caching: false,
         }
     }
 }
@@ -66,8 +69,11 @@ pub struct OomEvent {
     pub line: u64,
     /// Index of the operation in the trace.
     pub op_index: usize,
-    /// The numbers (its `Display` is torch's message).
+    /// The numbers. For the direct backends (`cudaMallocAsync`, no caching) allocated and
+    /// reserved are both the bytes in use.
     pub report: OomReport,
+    /// torch's message for this backend.
+    pub message: String,
 }
 
 /// Out-of-memory summary (the oracle's `ooms`).
@@ -206,7 +212,7 @@ fn replay_inner(
         device.enable_log();
     }
     let tag = device.tag_handle();
-    let alloc = CachingAllocator::new(opts.conf.clone(), device)
+    let alloc = Target::new(&opts.conf, opts.no_caching, device)
         .map_err(|source| ReplayError { line: 0, source })?;
     if opts.history_entries.is_some() {
         alloc.record_history(opts.history_entries);
@@ -235,7 +241,7 @@ fn replay_inner(
                 let stream = if opts.ignore_streams { 0 } else { stream };
                 match alloc.malloc(size, StreamId(stream as u64)) {
                     Ok(p) => ptrs[slot as usize] = p,
-                    Err(AllocError::OutOfMemory(report)) => {
+                    Err(MallocError::OutOfMemory(report, message)) => {
                         failed[slot as usize] = true;
                         ooms.count += 1;
                         ooms.bytes_requested += size as u128;
@@ -244,6 +250,7 @@ fn replay_inner(
                                 line,
                                 op_index: i,
                                 report: *report,
+                                message,
                             });
                         }
                         if opts.stop_at_first_oom {
@@ -251,11 +258,11 @@ fn replay_inner(
                             break;
                         }
                     }
-                    Err(e @ AllocError::InvalidSize { .. }) => {
+                    Err(MallocError::Rejected(e)) => {
                         failed[slot as usize] = true;
                         rejected.push((line, e.to_string()));
                     }
-                    Err(source) => return Err(ReplayError { line, source }),
+                    Err(MallocError::Fatal(source)) => return Err(ReplayError { line, source }),
                 }
             }
             TraceOp::Free { slot, line } => {
@@ -306,7 +313,11 @@ fn replay_inner(
             line: 0,
             source: e.into(),
         })?;
-    let snapshot = opts.snapshot_at_end.then(|| alloc.snapshot());
+    let snapshot = if opts.snapshot_at_end {
+        alloc.snapshot()
+    } else {
+        None
+    };
     let after_empty_cache = if opts.empty_cache_at_end {
         tag.store(-1, Ordering::Relaxed);
         for p in ptrs.iter().copied().filter(|&p| p != 0) {

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod input;
 pub mod load;
 pub mod report;
+mod target;
 
 pub use engine::{
     OomEvent, OomSummary, Progress, ReplayError, ReplayHook, ReplayOptions, ReplayReport, Sample,

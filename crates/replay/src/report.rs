@@ -142,7 +142,7 @@ pub fn report_json(
         .ooms
         .events
         .iter()
-        .map(|o| json!({"trace_line": o.line, "message": o.report.to_string()}))
+        .map(|o| json!({"trace_line": o.line, "message": o.message}))
         .collect();
     m.insert(
         "ooms".into(),

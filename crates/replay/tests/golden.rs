@@ -155,3 +155,96 @@ fn classic_segments_match_the_oracle() {
 fn expandable_segments_match_the_oracle() {
     run_golden(true);
 }
+
+/// `backend:cudaMallocAsync` and `PYTORCH_NO_CUDA_MEMORY_CACHING=1` through the replay engine
+/// (the same scenarios `crates/api/tests/golden_async.rs` checks through the Rust API).
+#[test]
+fn direct_backends_match_the_oracle() {
+    let root = fixtures();
+    let index: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("golden-async/index.json")).unwrap(),
+    )
+    .unwrap();
+    let filter = std::env::var("GOLDEN_FILTER").unwrap_or_default();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for (name, entry) in index.as_object().unwrap() {
+        let trace = load_rmm(&root.join(format!("traces/{name}.csv.gz"))).unwrap();
+        for (scenario, sc) in entry["scenarios"].as_object().unwrap() {
+            let id = format!("{name}/{scenario}");
+            if !id.contains(&filter) {
+                continue;
+            }
+            let (conf, _) = parse_pytorch(sc["PYTORCH_CUDA_ALLOC_CONF"].as_str().unwrap()).unwrap();
+            let capacity = sc["FAKE_CUDA_CAPACITY"].as_u64().unwrap();
+            let opts = ReplayOptions {
+                conf: conf.clone(),
+                sim: SimConfig::with_capacity(capacity),
+                log_segments: true,
+                no_caching: sc["PYTORCH_NO_CUDA_MEMORY_CACHING"].as_bool().unwrap(),
+                ..ReplayOptions::default()
+            };
+            let golden: Value = serde_json::from_str(
+                &std::fs::read_to_string(root.join(format!("golden-async/{id}.json"))).unwrap(),
+            )
+            .unwrap();
+            let mut diffs = Vec::new();
+            match replay(&trace, &opts) {
+                Ok(report) => {
+                    let ours = report_json(
+                        &report,
+                        &conf,
+                        &trace.stats,
+                        capacity,
+                        &ReportMeta::default(),
+                    );
+                    for key in COMPARED {
+                        diff(key, &ours[key], &golden[key], &mut diffs);
+                    }
+                    let rows = report.segments.len() as u64;
+                    if Some(rows) != golden["segments_rows"].as_u64() {
+                        diffs.push(format!(
+                            "segments log: {rows} rows, oracle {}",
+                            golden["segments_rows"]
+                        ));
+                    }
+                    let log = root.join(format!("golden-async/{id}.segments.csv.gz"));
+                    if log.exists() {
+                        let mut csv = Vec::new();
+                        write_segments(&mut csv, &report.segments).unwrap();
+                        if String::from_utf8(csv).unwrap() != gunzip(&log) {
+                            diffs.push("segments log differs".into());
+                        }
+                    }
+                }
+                Err(e) if golden.get("fatal_error").is_some() => {
+                    let want = golden["fatal_error"]["message"]
+                        .as_str()
+                        .unwrap_or_default();
+                    if !e
+                        .to_string()
+                        .contains(want.lines().next().unwrap_or_default())
+                    {
+                        diffs.push(format!("fatal error: cachalot '{e}', oracle '{want}'"));
+                    }
+                }
+                Err(e) => diffs.push(format!("replay failed: {e}")),
+            }
+            checked += 1;
+            if !diffs.is_empty() {
+                diffs.truncate(6);
+                failures.push(format!("{id}:\n    {}", diffs.join("\n    ")));
+            }
+        }
+    }
+    assert!(
+        checked > 0,
+        "no direct-backend scenario matched the filter {filter:?}"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} direct-backend scenarios differ from the oracle:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

@@ -12,20 +12,26 @@
 //! - virtual-memory reservations come from `[RB, RB + 32 TiB)`,
 //!   `RB = max(0x200000000000, round_up(B + R, 1 TiB))`, same first fit, 2 MiB aligned;
 //!   physical handles are numbered 1, 2, 3, … and never reused;
-//! - streams and events complete at once.
+//! - streams and events complete at once;
+//! - `cudaMallocAsync` shares the `cudaMalloc` range and policy; its pool caches nothing
+//!   (the model is described in the `async_pool` module).
 //!
 //! Every device call can be logged ([`SimDevice::log`]) in the oracle's `--segments` format.
 
 #![forbid(unsafe_code)]
 
+mod async_pool;
 mod ranges;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use cachalot_device::{Device, DeviceError, DeviceResult, EventId, MemHandle, MemInfo, StreamId};
+use cachalot_device::{
+    Device, DeviceError, DeviceResult, EventId, MemHandle, MemInfo, PoolUsage, StreamId,
+};
 
+use async_pool::AsyncPool;
 use ranges::FreeRanges;
 
 const MIB: u64 = 1 << 20;
@@ -191,6 +197,8 @@ pub struct SimDevice {
     counters: SimCounters,
     log: Option<Vec<LogEntry>>,
     tag: Arc<AtomicI64>,
+    /// The stream-ordered pool (`cudaMallocAsync`).
+    pool: AsyncPool,
 }
 
 fn round_up(x: u64, m: u64) -> u64 {
@@ -220,6 +228,7 @@ impl SimDevice {
             },
             log: None,
             tag: Arc::new(AtomicI64::new(-1)),
+            pool: AsyncPool::default(),
             config,
         }
     }
@@ -507,6 +516,33 @@ impl Device for SimDevice {
         self.maybe_uncharge(handle.0);
         self.counters.mem_unmap += 1;
         self.push(Op::MemUnmap, size, ptr, handle.0, 0);
+        Ok(())
+    }
+
+    fn malloc_async(&mut self, size: u64, _stream: StreamId) -> DeviceResult<u64> {
+        self.pool_malloc(size)
+    }
+
+    fn free_async(
+        &mut self,
+        ptr: u64,
+        _size: u64,
+        _stream: StreamId,
+        _also_used_on: &[StreamId],
+    ) -> DeviceResult<()> {
+        self.pool_free(ptr)
+    }
+
+    fn trim(&mut self, _keep: u64) -> DeviceResult<()> {
+        Ok(())
+    }
+
+    fn pool_usage(&mut self) -> DeviceResult<PoolUsage> {
+        Ok(self.pool_usage_now())
+    }
+
+    fn reset_pool_peaks(&mut self) -> DeviceResult<()> {
+        self.pool_reset_peaks();
         Ok(())
     }
 }

@@ -106,6 +106,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         stop_at_first_oom: a.stop_at_oom,
         history_entries: a.snapshot.is_some().then_some(a.history_entries),
         snapshot_at_end: a.snapshot.is_some(),
+        no_caching: crate::args::no_caching_from_env(),
         ..ReplayOptions::default()
     };
     let report = replay(trace, &opts)?;
@@ -140,6 +141,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!("trace: {name}");
+    if opts.conf.backend == cachalot_core::Backend::CudaMallocAsync {
+        println!("backend: cudaMallocAsync (the simulated stream-ordered pool caches nothing)");
+    } else if opts.no_caching {
+        println!(
+            "backend: no caching (PYTORCH_NO_CUDA_MEMORY_CACHING=1): every request is a cudaMalloc, and torch's statistics stay at 0"
+        );
+    }
     print!("{}", summary_text(&report, &trace.stats, a.capacity));
     if a.summary {
         print!("{}", memory_summary(&report.stats, 0, false));

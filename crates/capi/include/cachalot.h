@@ -1,0 +1,97 @@
+/*
+ * cachalot.h - PyTorch's CUDA caching allocator (torch 2.15), rebuilt in Rust, as a shared
+ * library PyTorch loads through torch.cuda.memory.CUDAPluggableAllocator.
+ *
+ *   alloc = torch.cuda.memory.CUDAPluggableAllocator(
+ *       "libcachalot.so", "cachalot_malloc", "cachalot_free")
+ *   torch.cuda.memory.change_current_allocator(alloc)   # before any CUDA allocation
+ *
+ * Environment (read once, at the first call):
+ *   PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF  the configuration, as torch 2.15 reads it
+ *   CACHALOT_ALLOC_CONF                          the same keys plus cachalot's own, applied on top
+ *   PYTORCH_NO_CUDA_MEMORY_CACHING=1             no caching: cudaMalloc/cudaFree per request
+ *   CACHALOT_DEVICE                              "cuda" (default) or "sim" (a simulated GPU;
+ *                                                stream handles are then plain numbers)
+ *   CACHALOT_SIM_CAPACITY                        the simulated GPU's memory, e.g. 80G (default)
+ *   CACHALOT_VERBOSE=1                           say on stderr what was set up
+ *
+ * Every function is thread-safe and never aborts the process: failures are reported on stderr
+ * and through cachalot_last_error(). Checked against the library's exported symbols by
+ * crates/capi/tests/header.rs.
+ */
+#ifndef CACHALOT_H
+#define CACHALOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A CUDA stream handle (the runtime's cudaStream_t / the driver's CUstream). */
+typedef struct CUstream_st *cachalot_stream_t;
+
+/* Allocates `size` bytes on device `device` for use on `stream`. Returns NULL for size 0 and
+ * on failure; on out-of-memory torch's message goes to stderr and cachalot_last_error(). */
+void *cachalot_malloc(size_t size, int device, cachalot_stream_t stream);
+
+/* Frees `ptr` from cachalot_malloc. `size` and `stream` are ignored (the allocator knows
+ * them). NULL is a no-op; a pointer the library did not hand out is reported on stderr and
+ * counted (cachalot_unknown_frees), not fatal. */
+void cachalot_free(void *ptr, size_t size, int device, cachalot_stream_t stream);
+
+/* Optional hooks, set on torch's allocator object (alloc.allocator().set_init_fn(...), ...). */
+
+/* set_init_fn: reads the configuration now (reporting a bad one); devices open on first use. */
+void cachalot_init(int device_count);
+
+/* set_reset_fn: torch.cuda.empty_cache(); returns cached memory of every open device. */
+void cachalot_reset(void);
+
+/* set_memory_fraction_fn: torch.cuda.set_per_process_memory_fraction(fraction, device). */
+void cachalot_set_memory_fraction(double fraction, int device);
+
+/* set_record_stream_fn: Tensor.record_stream(stream); `ptr` is also used on `stream`. */
+void cachalot_record_stream(void *ptr, cachalot_stream_t stream);
+
+/* What torch's pluggable interface cannot give. Returned strings stay valid until the same
+ * thread's next call of a function returning a string; NULL on failure. */
+
+/* torch.cuda.memory_stats(device) as a JSON object with torch's flat keys, e.g.
+ * {"active.all.allocated": 3, ..., "allocated_bytes.all.current": 1024, ...}. */
+const char *cachalot_memory_stats_json(int device);
+
+/* torch.cuda.memory_summary(device): torch's table. */
+const char *cachalot_memory_summary(int device);
+
+/* torch.cuda.memory._record_memory_history(max_entries=...) on every device, now and later;
+ * 0 stops and clears it. Returns 0, or -1 if a backend cannot record (cudaMallocAsync). */
+int cachalot_record_history(size_t max_entries);
+
+/* torch.cuda.memory._dump_snapshot(path): a pickle of every open device's segments and
+ * history, for https://pytorch.org/memory_viz. Returns 0; -1 bad path or write error; -2 a
+ * backend that keeps no blocks (cudaMallocAsync, no caching); -3 the library could not start. */
+int cachalot_dump_snapshot(const char *path);
+
+/* torch.cuda.reset_peak_memory_stats(device). */
+void cachalot_reset_peak_stats(int device);
+
+/* torch.cuda.reset_accumulated_memory_stats(device). */
+void cachalot_reset_accumulated_stats(int device);
+
+/* Frees of pointers the library did not hand out, reported and ignored so far. */
+uint64_t cachalot_unknown_frees(void);
+
+/* The last error reported on the calling thread ("" if none). */
+const char *cachalot_last_error(void);
+
+/* "native", "cudaMallocAsync" or "uncached" (a static string); NULL if the library could not
+ * start (see cachalot_last_error). */
+const char *cachalot_backend(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CACHALOT_H */

@@ -1,0 +1,433 @@
+//! `libcachalot.so`: cachalot as PyTorch's CUDA allocator.
+//!
+//! ```python
+//! import torch
+//! alloc = torch.cuda.memory.CUDAPluggableAllocator("libcachalot.so", "cachalot_malloc", "cachalot_free")
+//! torch.cuda.memory.change_current_allocator(alloc)   # before any CUDA allocation
+//! ```
+//!
+//! The C interface is `include/cachalot.h`. Besides the pair torch requires
+//! (`cachalot_malloc`, `cachalot_free`) it exports the optional hooks torch calls (init, reset
+//! on `empty_cache`, memory fraction, record_stream), and what torch's pluggable interface
+//! cannot give: torch's `memory_stats` as JSON, `memory_summary`, and a snapshot pickle for
+//! `https://pytorch.org/memory_viz`.
+//!
+//! Every entry point catches panics (none crosses into C); failures are reported on stderr and
+//! through [`cachalot_last_error`], never by aborting. A free of a pointer the library did not
+//! hand out is reported and counted ([`cachalot_unknown_frees`]), not fatal. Configuration,
+//! device choice and sizes come from the environment (see the `state` module).
+
+// This crate and `cachalot-cuda` are the only places cachalot touches C. Here the `unsafe` is
+// the `extern "C"` ABI itself and reading the C string of `cachalot_dump_snapshot`; each use
+// says why it is sound.
+#![allow(unsafe_code)]
+
+mod state;
+
+use std::cell::RefCell;
+use std::ffi::{CStr, CString, c_char, c_double, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::Ordering;
+
+use cachalot::{StreamId, stats};
+use state::{Alloc, Global};
+
+thread_local! {
+    /// The last error on this thread, and the last string returned to this thread.
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    static RETURNED: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn to_cstring(s: String) -> CString {
+    CString::new(s.replace('\0', " ")).expect("NULs were replaced")
+}
+
+fn set_error(msg: impl Into<String>) {
+    let msg = msg.into();
+    LAST_ERROR.with(|e| *e.borrow_mut() = to_cstring(msg));
+}
+
+/// Keeps `s` alive for the caller until this thread's next string-returning call.
+fn returned(s: String) -> *const c_char {
+    RETURNED.with(|r| {
+        *r.borrow_mut() = to_cstring(s);
+        r.borrow().as_ptr()
+    })
+}
+
+/// Runs an entry point: a panic becomes a reported error and `fallback`, never an unwind
+/// into C.
+fn guard<T>(name: &str, fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let why = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        let msg = format!("internal error in {name}: {why}");
+        eprintln!("cachalot: {msg}");
+        set_error(msg);
+        fallback
+    })
+}
+
+/// Reports `msg` on stderr and as the last error.
+fn fail(msg: String) {
+    eprintln!("cachalot: {msg}");
+    set_error(msg);
+}
+
+/// The allocator of a device. Start-up and device-opening failures are printed once where
+/// they happen; here they only become this thread's last error. A bad index is printed.
+fn device(index: c_int) -> Option<&'static Alloc> {
+    let g = Global::get().map_err(set_error).ok()?;
+    if !(0..state::MAX_DEVICES as c_int).contains(&index) {
+        fail(format!(
+            "device index {index} out of range 0..{}",
+            state::MAX_DEVICES
+        ));
+        return None;
+    }
+    g.device(index).map_err(set_error).ok()
+}
+
+fn stream(s: *mut c_void) -> StreamId {
+    StreamId(s as usize as u64)
+}
+
+/// Allocates `size` bytes on `device` for use on `stream` (`cudaStream_t`). Returns NULL for
+/// size 0 and on failure (the reason, e.g. torch's out-of-memory message, goes to stderr and
+/// [`cachalot_last_error`]).
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_malloc(size: usize, device_index: c_int, s: *mut c_void) -> *mut c_void {
+    guard("cachalot_malloc", std::ptr::null_mut(), || {
+        let Some(a) = device(device_index) else {
+            return std::ptr::null_mut();
+        };
+        match a.malloc(size as u64, stream(s)) {
+            Ok(p) => p as usize as *mut c_void,
+            Err(e) => {
+                fail(e.to_string());
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// Frees `ptr` (from [`cachalot_malloc`] on `device`). `size` and `stream` are what torch
+/// passes back; the allocator knows both already. NULL is a no-op; an unknown pointer is
+/// reported and counted, not fatal.
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_free(
+    ptr: *mut c_void,
+    _size: usize,
+    device_index: c_int,
+    _s: *mut c_void,
+) {
+    guard("cachalot_free", (), || {
+        let p = ptr as usize as u64;
+        if p == 0 {
+            return;
+        }
+        let g = match Global::get() {
+            Ok(g) => g,
+            Err(e) => return set_error(e),
+        };
+        match g.device(device_index) {
+            Ok(a) => match a.free(p) {
+                Ok(()) => {}
+                Err(e) if e.is_invalid_pointer() => {
+                    g.report_unknown_free(p, device_index, "not an allocation of this library")
+                }
+                Err(e) => fail(format!(
+                    "freeing {p:#x} on device {device_index} failed: {e}"
+                )),
+            },
+            Err(_) if (0..state::MAX_DEVICES as c_int).contains(&device_index) => {
+                g.report_unknown_free(p, device_index, "the device could not be opened")
+            }
+            Err(e) => g.report_unknown_free(p, device_index, &e),
+        }
+    })
+}
+
+/// torch's init hook (`set_init_fn`): reads the configuration now, so that a bad one is
+/// reported at start-up. `device_count` is recorded; devices open on first use.
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_init(device_count: c_int) {
+    guard("cachalot_init", (), || match Global::get() {
+        Ok(g) => g
+            .init_device_count
+            .store(device_count.max(0) as u64, Ordering::Relaxed),
+        Err(e) => set_error(e),
+    })
+}
+
+/// torch's reset hook (`set_reset_fn`), called by `torch.cuda.empty_cache()`: returns cached
+/// memory of every open device.
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_reset() {
+    guard("cachalot_reset", (), || {
+        let Ok(g) = Global::get() else { return };
+        for (i, a) in g.opened() {
+            if let Err(e) = a.empty_cache() {
+                fail(format!("empty_cache on device {i}: {e}"));
+            }
+        }
+    })
+}
+
+/// torch's memory-fraction hook (`set_memory_fraction_fn`): limits `device` to `fraction` of
+/// its memory.
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_set_memory_fraction(fraction: c_double, device_index: c_int) {
+    guard("cachalot_set_memory_fraction", (), || {
+        if let Some(a) = device(device_index)
+            && let Err(e) = a.set_memory_fraction(fraction)
+        {
+            fail(e.to_string());
+        }
+    })
+}
+
+/// torch's record-stream hook (`set_record_stream_fn`, `Tensor.record_stream`): the memory at
+/// `ptr` is also used on `stream`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_record_stream(ptr: *mut c_void, s: *mut c_void) {
+    guard("cachalot_record_stream", (), || {
+        let p = ptr as usize as u64;
+        let Ok(g) = Global::get() else { return };
+        // Addresses are unique across devices (CUDA's unified addressing; distinct ranges on
+        // the simulator), so the device that knows the pointer is the one.
+        for (_, a) in g.opened() {
+            match a.record_stream(p, stream(s)) {
+                Ok(()) => return,
+                Err(e) if e.is_invalid_pointer() => continue,
+                Err(e) => return fail(e.to_string()),
+            }
+        }
+        fail(format!(
+            "record_stream: {p:#x} is not an allocation of this library"
+        ));
+    })
+}
+
+/// `torch.cuda.memory_stats(device)` as one JSON object with torch's flat keys
+/// (`"allocated_bytes.all.current": 1024, ...`). The string stays valid until this thread's
+/// next call returning a string; NULL on failure.
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_memory_stats_json(device_index: c_int) -> *const c_char {
+    guard("cachalot_memory_stats_json", std::ptr::null(), || {
+        let Some(a) = device(device_index) else {
+            return std::ptr::null();
+        };
+        match a.stats() {
+            Ok(s) => returned(stats::memory_stats_json(&s)),
+            Err(e) => {
+                fail(e.to_string());
+                std::ptr::null()
+            }
+        }
+    })
+}
+
+/// `torch.cuda.memory_summary(device)`: torch's table. Valid until this thread's next call
+/// returning a string; NULL on failure.
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_memory_summary(device_index: c_int) -> *const c_char {
+    guard("cachalot_memory_summary", std::ptr::null(), || {
+        let Some(a) = device(device_index) else {
+            return std::ptr::null();
+        };
+        match a.stats() {
+            Ok(s) => returned(cachalot_torchfmt::memory_summary(
+                &s,
+                device_index as u32,
+                false,
+            )),
+            Err(e) => {
+                fail(e.to_string());
+                std::ptr::null()
+            }
+        }
+    })
+}
+
+/// Starts recording allocation history on every open device and on devices opened later
+/// (`torch.cuda.memory._record_memory_history(max_entries=...)`); 0 stops and clears it.
+/// Returns 0, or -1 if a device cannot record (the direct backends).
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_record_history(max_entries: usize) -> c_int {
+    guard("cachalot_record_history", -1, || {
+        let Ok(g) = Global::get() else { return -1 };
+        let entries = (max_entries > 0).then_some(max_entries);
+        *g.history.lock().unwrap_or_else(|e| e.into_inner()) = entries;
+        let mut rc = 0;
+        for (i, a) in g.opened() {
+            if let Err(e) = a.record_history(entries) {
+                fail(format!("device {i}: {e}"));
+                rc = -1;
+            }
+        }
+        rc
+    })
+}
+
+/// Writes a torch-compatible snapshot pickle of every open device to `path`
+/// (`torch.cuda.memory._dump_snapshot`), viewable at `https://pytorch.org/memory_viz`.
+/// Returns 0, -1 for a bad path or a write error, -2 when a device's backend keeps no blocks
+/// (`backend:cudaMallocAsync`, no caching), -3 when the library could not start.
+///
+/// # Safety
+///
+/// `path` is NULL or a NUL-terminated string that stays valid for the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cachalot_dump_snapshot(path: *const c_char) -> c_int {
+    guard("cachalot_dump_snapshot", -1, || {
+        if path.is_null() {
+            fail("cachalot_dump_snapshot: path is NULL".into());
+            return -1;
+        }
+        // Safety: non-null (checked), and NUL-terminated and valid for the call by this
+        // function's contract (the header documents it); it is only read.
+        let path = unsafe { CStr::from_ptr(path) }
+            .to_string_lossy()
+            .into_owned();
+        let g = match Global::get() {
+            Ok(g) => g,
+            Err(e) => {
+                set_error(e);
+                return -3;
+            }
+        };
+        let _lock = g.dump_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut snap = cachalot_torchfmt::Snapshot::from_allocator(&[], &[], &g.settings.conf, 0);
+        for (i, a) in g.opened() {
+            let segments = match a.segments() {
+                Ok(s) => s,
+                Err(e) => {
+                    fail(format!("device {i}: {e}"));
+                    return -2;
+                }
+            };
+            let one = cachalot_torchfmt::Snapshot::from_allocator(
+                &segments,
+                &a.history(),
+                &g.settings.conf,
+                i as u32,
+            );
+            snap.segments.extend(one.segments);
+            if snap.device_traces.len() <= i {
+                snap.device_traces.resize(i + 1, Default::default());
+            }
+            snap.device_traces[i] = one.device_traces[i].clone();
+        }
+        let bytes = cachalot_torchfmt::to_pickle_bytes(&snap);
+        match std::fs::write(&path, bytes) {
+            Ok(()) => 0,
+            Err(e) => {
+                fail(format!("cannot write snapshot {path}: {e}"));
+                -1
+            }
+        }
+    })
+}
+
+/// `torch.cuda.reset_peak_memory_stats(device)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_reset_peak_stats(device_index: c_int) {
+    guard("cachalot_reset_peak_stats", (), || {
+        if let Some(a) = device(device_index)
+            && let Err(e) = a.reset_peak_stats()
+        {
+            fail(e.to_string());
+        }
+    })
+}
+
+/// `torch.cuda.reset_accumulated_memory_stats(device)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_reset_accumulated_stats(device_index: c_int) {
+    guard("cachalot_reset_accumulated_stats", (), || {
+        if let Some(a) = device(device_index) {
+            a.reset_accumulated_stats();
+        }
+    })
+}
+
+/// How many frees of pointers the library did not hand out were reported and ignored.
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_unknown_frees() -> u64 {
+    guard("cachalot_unknown_frees", 0, || {
+        Global::get().map_or(0, |g| g.unknown_frees.load(Ordering::Relaxed))
+    })
+}
+
+/// The last error reported on this thread ("" if none). Valid until the next error on this
+/// thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_last_error() -> *const c_char {
+    guard("cachalot_last_error", c"internal error".as_ptr(), || {
+        LAST_ERROR.with(|e| e.borrow().as_ptr())
+    })
+}
+
+/// The backend serving requests (`native`, `cudaMallocAsync` or `uncached`), or NULL if the
+/// library could not start. A static string.
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_backend() -> *const c_char {
+    guard("cachalot_backend", std::ptr::null(), || {
+        match Global::get() {
+            Ok(g) => match g.settings.backend() {
+                cachalot::Backend::Native => c"native".as_ptr(),
+                cachalot::Backend::CudaMallocAsync => c"cudaMallocAsync".as_ptr(),
+                cachalot::Backend::Uncached => c"uncached".as_ptr(),
+            },
+            Err(e) => {
+                set_error(e);
+                std::ptr::null()
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last_error() -> String {
+        // Safety: cachalot_last_error returns this thread's NUL-terminated error string,
+        // valid until the next error on this thread (none happens while it is read).
+        unsafe { CStr::from_ptr(cachalot_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_panic_becomes_an_error_not_an_unwind() {
+        assert_eq!(guard("cachalot_test", 7, || panic!("boom")), 7);
+        assert_eq!(last_error(), "internal error in cachalot_test: boom");
+        let p: *mut c_void = guard("cachalot_test", std::ptr::null_mut(), || {
+            let v: Vec<u8> = Vec::new();
+            #[allow(clippy::indexing_slicing)]
+            let _ = v[3];
+            std::ptr::dangling_mut()
+        });
+        assert!(p.is_null());
+        assert!(
+            last_error().contains("index out of bounds"),
+            "{}",
+            last_error()
+        );
+    }
+
+    #[test]
+    fn returned_strings_live_until_the_next_call() {
+        let a = returned("first".into());
+        // Safety: `a` points at the thread's returned string, not yet replaced.
+        assert_eq!(unsafe { CStr::from_ptr(a) }.to_str().unwrap(), "first");
+        let b = returned("with\0nul".into());
+        // Safety: as above, for `b`.
+        assert_eq!(unsafe { CStr::from_ptr(b) }.to_str().unwrap(), "with nul");
+    }
+}

@@ -1,0 +1,185 @@
+//! The library's process-wide state: the settings read from the environment once, one
+//! allocator per device opened on first use, and the counters of reported misuse.
+//!
+//! Environment:
+//! - `PYTORCH_CUDA_ALLOC_CONF` / `PYTORCH_ALLOC_CONF` / `CACHALOT_ALLOC_CONF` /
+//!   `PYTORCH_NO_CUDA_MEMORY_CACHING`: the configuration, read as torch 2.15 reads it;
+//! - `CACHALOT_DEVICE`: `cuda` (default) or `sim` (the simulated GPU, for tests anywhere);
+//! - `CACHALOT_SIM_CAPACITY`: the simulated GPU's memory (`80G` by default; `K`/`M`/`G`/`T`);
+//! - `CACHALOT_VERBOSE=1`: one line on stderr saying what was set up.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use cachalot::{Allocator, Device, Settings, SimConfig, SimDevice};
+
+/// The allocator type behind every device: real or simulated, chosen at run time.
+pub type Alloc = Allocator<Box<dyn Device>>;
+
+/// Device ordinals the library serves (torch's `c10::Device` index is an `int8_t`).
+pub const MAX_DEVICES: usize = 64;
+
+/// Where memory comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Real GPUs through the CUDA driver.
+    Cuda,
+    /// Simulated GPUs (stream handles are plain numbers).
+    Sim,
+}
+
+/// Everything the exported functions share.
+pub struct Global {
+    pub kind: Kind,
+    pub settings: Settings,
+    sim_capacity: u64,
+    devices: [OnceLock<Result<Alloc, String>>; MAX_DEVICES],
+    /// Frees of pointers no allocator knows.
+    pub unknown_frees: AtomicU64,
+    /// Device count torch passed to the init hook (0 until then).
+    pub init_device_count: AtomicU64,
+    /// Serializes snapshot dumps (they read every device).
+    pub dump_lock: Mutex<()>,
+    /// History recording asked for by `cachalot_record_history`, applied to devices opened
+    /// later too: `None` = off, else the number of entries kept.
+    pub history: Mutex<Option<usize>>,
+}
+
+static GLOBAL: OnceLock<Result<Global, String>> = OnceLock::new();
+
+/// Parses `80G`, `512M`, `1.5T`, `1073741824` (binary units, case-insensitive, like the
+/// oracle's `FAKE_CUDA_CAPACITY`).
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num.trim().parse().ok()?;
+    let mult = match unit.trim().chars().next().map(|c| c.to_ascii_uppercase()) {
+        None | Some('B') => 1u64,
+        Some('K') => 1 << 10,
+        Some('M') => 1 << 20,
+        Some('G') => 1 << 30,
+        Some('T') => 1 << 40,
+        Some(_) => return None,
+    };
+    (value.is_finite() && value >= 0.0).then_some((value * mult as f64) as u64)
+}
+
+impl Global {
+    fn from_env() -> Result<Global, String> {
+        let settings =
+            Settings::from_env().map_err(|e| format!("allocator configuration rejected: {e}"))?;
+        for w in &settings.warnings {
+            eprintln!("cachalot: warning: {w}");
+        }
+        let kind = match std::env::var("CACHALOT_DEVICE").as_deref() {
+            Err(_) | Ok("") | Ok("cuda") => Kind::Cuda,
+            Ok("sim") => Kind::Sim,
+            Ok(other) => return Err(format!("CACHALOT_DEVICE={other}: expected cuda or sim")),
+        };
+        let sim_capacity = match std::env::var("CACHALOT_SIM_CAPACITY") {
+            Ok(s) => parse_bytes(&s).ok_or_else(|| {
+                format!("CACHALOT_SIM_CAPACITY={s}: expected bytes, e.g. 80G or 512M")
+            })?,
+            Err(_) => 80 << 30,
+        };
+        if std::env::var("CACHALOT_VERBOSE").as_deref() == Ok("1") {
+            eprintln!(
+                "cachalot: {:?} devices, backend {:?}, configuration from {}",
+                kind,
+                settings.backend(),
+                settings.source
+            );
+        }
+        Ok(Global {
+            kind,
+            settings,
+            sim_capacity,
+            devices: std::array::from_fn(|_| OnceLock::new()),
+            unknown_frees: AtomicU64::new(0),
+            init_device_count: AtomicU64::new(0),
+            dump_lock: Mutex::new(()),
+            history: Mutex::new(None),
+        })
+    }
+
+    /// The state, set up from the environment on first use. A failure is printed once, here;
+    /// later calls only return it.
+    pub fn get() -> Result<&'static Global, String> {
+        GLOBAL
+            .get_or_init(|| Global::from_env().inspect_err(|e| eprintln!("cachalot: {e}")))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    fn open(&self, index: usize) -> Result<Alloc, String> {
+        let device: Box<dyn Device> = match self.kind {
+            Kind::Sim => {
+                // Device 0 sits where the oracle's fake device puts memory; the others 64 TiB
+                // apart, so that an address names its device (record_stream has no device).
+                let config = SimConfig {
+                    capacity: self.sim_capacity,
+                    va_base: 0x1000_0000_0000 + index as u64 * 0x4000_0000_0000,
+                    ..SimConfig::default()
+                };
+                Box::new(SimDevice::new(config))
+            }
+            Kind::Cuda => Box::new(cachalot::CudaDevice::new(index).map_err(|e| e.to_string())?),
+        };
+        let alloc = Allocator::with_index(&self.settings, device, index as u32)
+            .map_err(|e| e.to_string())?;
+        let history = *self.history.lock().unwrap_or_else(|e| e.into_inner());
+        if history.is_some() {
+            // Only the caching backend records history; the others say so when asked.
+            let _ = alloc.record_history(history);
+        }
+        Ok(alloc)
+    }
+
+    /// The allocator of device `index`, opened on first use. A device that cannot be opened
+    /// is reported once, when first asked for; later calls only return the error.
+    pub fn device(&self, index: i32) -> Result<&Alloc, String> {
+        let i = usize::try_from(index)
+            .ok()
+            .filter(|&i| i < MAX_DEVICES)
+            .ok_or_else(|| format!("device index {index} out of range 0..{MAX_DEVICES}"))?;
+        self.devices[i]
+            .get_or_init(|| {
+                self.open(i)
+                    .map_err(|e| format!("device {i}: {e}"))
+                    .inspect_err(|e| eprintln!("cachalot: {e}"))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The devices opened so far, with their ordinals.
+    pub fn opened(&self) -> impl Iterator<Item = (usize, &Alloc)> {
+        self.devices
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| Some((i, d.get()?.as_ref().ok()?)))
+    }
+
+    /// Counts and reports a free of a pointer no allocator knows.
+    pub fn report_unknown_free(&self, ptr: u64, device: i32, why: &str) {
+        let n = self.unknown_frees.fetch_add(1, Ordering::Relaxed) + 1;
+        eprintln!("cachalot: ignored free of {ptr:#x} on device {device}: {why} ({n} so far)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(parse_bytes("80G"), Some(80 << 30));
+        assert_eq!(parse_bytes("512m"), Some(512 << 20));
+        assert_eq!(parse_bytes("1.5T"), Some(3 << 39));
+        assert_eq!(parse_bytes("1000"), Some(1000));
+        assert_eq!(parse_bytes("100MB"), Some(100 << 20));
+        assert_eq!(parse_bytes("lots"), None);
+        assert_eq!(parse_bytes("-1G"), None);
+    }
+}

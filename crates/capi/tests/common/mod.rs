@@ -1,0 +1,82 @@
+//! Helpers shared by the tests that load `libcachalot.so`.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// `crates/capi`.
+pub fn crate_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `libcachalot.so`, built once per test process with `cargo build -p cachalot-capi --lib`
+/// (cargo does not build a cdylib for integration tests, and an rlib next to it would collide
+/// with the `cachalot` crate's). The path comes from cargo's own artifact report.
+pub fn library() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let out = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "-p",
+                "cachalot-capi",
+                "--lib",
+                "--message-format=json",
+            ])
+            .current_dir(crate_dir())
+            .output()
+            .expect("cargo runs");
+        assert!(
+            out.status.success(),
+            "building libcachalot failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "cachalot")
+            .filter(|m| m["package_id"].as_str().is_some_and(|p| p.contains("capi")))
+            .flat_map(|m| m["filenames"].as_array().cloned().unwrap_or_default())
+            .filter_map(|f| f.as_str().map(PathBuf::from))
+            .find(|f| {
+                f.extension().and_then(|e| e.to_str()) == Some(std::env::consts::DLL_EXTENSION)
+            })
+            .expect("cargo reported the cdylib")
+    })
+    .clone()
+}
+
+/// A path in this test binary's scratch folder (under cargo's `target/tmp`, reused by later
+/// runs instead of piling up).
+pub fn scratch(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.file_stem().unwrap().to_string_lossy().into_owned();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{bin}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// Removes every variable the library reads, so a test sets exactly what it means.
+pub fn clean_env(cmd: &mut Command) {
+    for v in [
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "PYTORCH_ALLOC_CONF",
+        "PYTORCH_HIP_ALLOC_CONF",
+        "CACHALOT_ALLOC_CONF",
+        "PYTORCH_NO_CUDA_MEMORY_CACHING",
+        "CACHALOT_DEVICE",
+        "CACHALOT_SIM_CAPACITY",
+        "CACHALOT_VERBOSE",
+    ] {
+        cmd.env_remove(v);
+    }
+}
+
+/// Says why (part of) a test does not run. Written to stderr directly: libtest captures
+/// `eprintln!`, and the reason for a skip should show in a plain `cargo test`.
+pub fn skip(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+}

@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# gpu_check.sh - check cachalot on a real GPU in about 5 minutes, and compare it with torch's
+# own allocator on a small PyTorch training loop.
+#
+#   scripts/gpu_check.sh                    on the GPU machine
+#   scripts/gpu_check.sh --prepare [DIR]    on any build machine: release-build what the check
+#                                           runs into DIR (default target/gpu-bundle), so that
+#                                           the GPU machine needs no Rust toolchain
+#
+# Steps (each bounded by `timeout`, the whole run by GPU_CHECK_BUDGET_S):
+#   1. the machine: GPU (nvidia-smi), python3, torch with CUDA; what is missing is said
+#   2. the CUDA tests (crates/cuda/tests/gpu.rs) with CACHALOT_REQUIRE_GPU=1: a skip is a failure
+#   3. the Rust example (crates/api/examples/training_loop.rs) on GPU 0 under each configuration
+#   4. scripts/gpu_train.py twice per configuration, same PYTORCH_CUDA_ALLOC_CONF: torch's
+#      allocator, then cachalot's library through torch.cuda.memory.CUDAPluggableAllocator
+#   5. a table: peak reserved, device allocations, step time and final loss for both
+#
+# Where the binaries come from: $CACHALOT_BUNDLE (or target/gpu-bundle) if it holds them,
+# else `cargo` builds them here (release; about a minute on 16 cores).
+#
+# Settings (environment):
+#   PYTORCH_CUDA_ALLOC_CONF  if set, the only configuration compared; otherwise three:
+#                            "" (defaults), "expandable_segments:True", "backend:cudaMallocAsync"
+#   GPU_CHECK_STEPS          measured training steps per run (default 30, after 5 warm-up)
+#   GPU_CHECK_BUDGET_S       stop starting new steps after this many seconds (default 270)
+#   PYTHON                   the Python with torch (default python3)
+#   GPU_CHECK_FORCE=1        run even where no GPU is visible (to test this script)
+#   OUT                      where results go (default target/gpu-check-out): results.jsonl,
+#                            summary.txt and one log per step
+#
+# Exit status: 0 everything passed; 1 a check failed; 2 this machine cannot run the check
+# (no GPU, no torch with CUDA, no binaries and no cargo), with the reason on stderr.
+
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUNDLE="${CACHALOT_BUNDLE:-$ROOT/target/gpu-bundle}"
+PY="${PYTHON:-python3}"
+STEPS="${GPU_CHECK_STEPS:-30}"
+BUDGET="${GPU_CHECK_BUDGET_S:-270}"
+START=$SECONDS
+
+say() { printf '[gpu_check %3ds] %s\n' "$((SECONDS - START))" "$*"; }
+die() { say "CANNOT RUN: $*" >&2; exit 2; }
+
+# --- build a bundle (on a build machine) ---------------------------------------------------
+if [[ "${1:-}" == "--prepare" ]]; then
+  DEST="${2:-$BUNDLE}"
+  command -v cargo >/dev/null || die "--prepare needs cargo"
+  mkdir -p "$DEST"
+  cd "$ROOT"
+  cargo build --release -p cachalot-capi || exit 1
+  cargo build --release -p cachalot --example training_loop || exit 1
+  tests_bin=$(cargo test --release -p cachalot-cuda --test gpu --no-run --message-format=json \
+    | "$PY" -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
+        print(m["executable"])') || exit 1
+  cp target/release/libcachalot.so "$DEST/"
+  cp target/release/examples/training_loop "$DEST/"
+  cp "$tests_bin" "$DEST/cuda-gpu-tests"
+  command -v strip >/dev/null && strip --strip-debug "$DEST"/libcachalot.so "$DEST"/training_loop "$DEST"/cuda-gpu-tests
+  say "bundle ready in $DEST:"; ls -l "$DEST"
+  exit 0
+fi
+
+OUT="${OUT:-$ROOT/target/gpu-check-out}"
+mkdir -p "$OUT"
+RESULTS="$OUT/results.jsonl"; : > "$RESULTS"
+SUMMARY="$OUT/summary.txt"; : > "$SUMMARY"
+FAILED=0
+note() { say "$*"; echo "$*" >> "$SUMMARY"; }
+fail() { note "FAIL: $*"; FAILED=1; }
+left() { echo $((BUDGET - (SECONDS - START))); }
+# run NAME SECONDS CMD...: bounded by the step limit and the budget, logged to $OUT/NAME.log
+run() {
+  local name=$1 limit=$2; shift 2
+  local remaining; remaining=$(left)
+  if (( remaining < 15 )); then note "SKIPPED $name: time budget (${BUDGET}s) used up"; return 3; fi
+  (( limit > remaining )) && limit=$remaining
+  say "$name (at most ${limit}s) ..."
+  if command -v timeout >/dev/null; then
+    timeout --kill-after=5 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  else
+    "$@" > "$OUT/$name.log" 2>&1
+  fi
+  local rc=$?
+  (( rc == 124 || rc == 137 )) && say "$name: timed out after ${limit}s"
+  return $rc
+}
+
+# --- 1. the machine -------------------------------------------------------------------------
+note "cachalot GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET}s"
+if command -v nvidia-smi >/dev/null; then
+  note "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -n 4 | tr '\n' ';')"
+else
+  note "nvidia-smi not found (continuing: the driver library may still be there)"
+fi
+if ! command -v nvidia-smi >/dev/null && ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so'; then
+  [[ "${GPU_CHECK_FORCE:-0}" == 1 ]] || die "no GPU here: neither nvidia-smi nor libcuda.so (GPU_CHECK_FORCE=1 runs anyway)"
+  note "no GPU here; continuing because GPU_CHECK_FORCE=1 (the GPU steps will fail)"
+fi
+TORCH_OK=1
+if ! command -v "$PY" >/dev/null; then
+  note "no $PY: the PyTorch comparison will not run"; TORCH_OK=0
+elif ! TORCH_INFO=$("$PY" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available(), hasattr(torch.cuda.memory, "CUDAPluggableAllocator"))' 2>&1); then
+  note "torch cannot be imported by $PY (nothing is installed by this script): ${TORCH_INFO##*$'\n'}"; TORCH_OK=0
+else
+  read -r tv tcuda tavail tplug <<< "$TORCH_INFO"
+  note "torch $tv (CUDA $tcuda), cuda available: $tavail, CUDAPluggableAllocator: $tplug"
+  [[ "$tavail" == "True" && "$tplug" == "True" ]] || { note "torch cannot use a GPU allocator here"; TORCH_OK=0; }
+fi
+
+# --- binaries -------------------------------------------------------------------------------
+LIB="" ; EXAMPLE="" ; TESTS=""
+if [[ -f "$BUNDLE/libcachalot.so" && -x "$BUNDLE/training_loop" && -x "$BUNDLE/cuda-gpu-tests" ]]; then
+  LIB="$BUNDLE/libcachalot.so"; EXAMPLE="$BUNDLE/training_loop"; TESTS="$BUNDLE/cuda-gpu-tests"
+  note "binaries: prebuilt bundle $BUNDLE"
+elif command -v cargo >/dev/null; then
+  if run build 240 bash -c "cd '$ROOT' && cargo build --release -p cachalot-capi && cargo build --release -p cachalot --example training_loop"; then
+    LIB="$ROOT/target/release/libcachalot.so"; EXAMPLE="$ROOT/target/release/examples/training_loop"
+    note "binaries: built with cargo"
+  else
+    fail "cargo build (see $OUT/build.log)"
+  fi
+else
+  die "no bundle in $BUNDLE and no cargo: run 'scripts/gpu_check.sh --prepare' on a build machine and carry target/gpu-bundle"
+fi
+
+# --- 2. the CUDA tests ------------------------------------------------------------------------
+if [[ -n "$TESTS" ]]; then
+  run cuda-tests 120 env CACHALOT_REQUIRE_GPU=1 "$TESTS" --test-threads=1 --nocapture
+else
+  run cuda-tests 200 bash -c "cd '$ROOT' && CACHALOT_REQUIRE_GPU=1 cargo test --release -p cachalot-cuda --test gpu -- --test-threads=1 --nocapture"
+fi
+rc=$?
+if (( rc == 0 )); then note "CUDA tests: $(grep -E '^test result' "$OUT/cuda-tests.log" | tail -n 1)"
+elif (( rc != 3 )); then fail "CUDA tests (exit $rc; see $OUT/cuda-tests.log)"; grep -E 'panicked|SKIPPED|FAILED' "$OUT/cuda-tests.log" | head -n 10; fi
+
+# --- configurations -----------------------------------------------------------------------------
+if [[ -n "${PYTORCH_CUDA_ALLOC_CONF+set}" ]]; then
+  CONFS=("$PYTORCH_CUDA_ALLOC_CONF")
+else
+  CONFS=("" "expandable_segments:True" "backend:cudaMallocAsync")
+fi
+
+# --- 3. the Rust example ----------------------------------------------------------------------------
+if [[ -n "$EXAMPLE" ]]; then
+  i=0
+  for conf in "${CONFS[@]}"; do
+    i=$((i + 1))
+    run "rust-example-$i" 60 env PYTORCH_CUDA_ALLOC_CONF="$conf" "$EXAMPLE"; rc=$?
+    if (( rc == 0 )) && grep -q "wrote and read back" "$OUT/rust-example-$i.log"; then
+      note "Rust example [${conf:-defaults}]: $(grep '^backend' "$OUT/rust-example-$i.log")"
+    elif (( rc == 0 )); then
+      fail "Rust example [${conf:-defaults}] found no GPU and ran on the simulator: $(grep -m1 'running on' "$OUT/rust-example-$i.log")"
+    elif (( rc != 3 )); then
+      fail "Rust example [${conf:-defaults}] (exit $rc, see $OUT/rust-example-$i.log)"
+    fi
+  done
+fi
+
+# --- 4. PyTorch: torch's allocator vs cachalot's library ------------------------------------------
+if (( TORCH_OK )) && [[ -n "$LIB" ]]; then
+  i=0
+  for conf in "${CONFS[@]}"; do
+    i=$((i + 1))
+    for which in torch cachalot; do
+      run "train-$i-$which" 90 env PYTORCH_CUDA_ALLOC_CONF="$conf" \
+        "$PY" "$ROOT/scripts/gpu_train.py" --allocator "$which" --lib "$LIB" --steps "$STEPS" \
+        --json "$OUT/train-$i-$which.json"
+      rc=$?
+      if (( rc == 0 )); then cat "$OUT/train-$i-$which.json" >> "$RESULTS"
+      elif (( rc != 3 )); then fail "training [$which, ${conf:-defaults}] (exit $rc): $(tail -n 3 "$OUT/train-$i-$which.log" | tr '\n' ' ')"; fi
+    done
+  done
+  # --- 5. the comparison ----------------------------------------------------------------------------
+  "$PY" - "$RESULTS" <<'EOF' | tee -a "$SUMMARY"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+if not rows:
+    print("no training run finished"); sys.exit(0)
+mib = lambda b: f"{b / 2**20:,.0f} MiB"
+print(f"\n{'configuration':<26} {'allocator':<26} {'peak reserved':>14} {'driver peak':>12} "
+      f"{'device allocs':>13} {'step ms (p50/p90)':>18} {'final loss':>10}")
+for r in rows:
+    print(f"{(r['PYTORCH_CUDA_ALLOC_CONF'] or 'defaults'):<26} {r['backend']:<26} "
+          f"{mib(r['peak_reserved']):>14} {mib(r['driver_peak_used']):>12} "
+          f"{r['num_device_alloc']:>13} {r['step_ms_median']:>8.1f} /{r['step_ms_p90']:>7.1f} "
+          f"{r['final_loss']:>10.4f}")
+by_conf = {}
+for r in rows:
+    by_conf.setdefault(r["PYTORCH_CUDA_ALLOC_CONF"], {})[r["allocator"]] = r
+bad = 0
+for conf, pair in by_conf.items():
+    if len(pair) < 2:
+        continue
+    t, c = pair["torch"], pair["cachalot"]
+    same_loss = abs(t["final_loss"] - c["final_loss"]) <= 1e-3 * max(1.0, abs(t["final_loss"]))
+    print(f"[{conf or 'defaults'}] peak reserved cachalot/torch = "
+          f"{c['peak_reserved'] / max(t['peak_reserved'], 1):.3f}, step time ratio = "
+          f"{c['step_ms_median'] / t['step_ms_median']:.2f}, same final loss: {same_loss}")
+    bad |= not same_loss
+print("MISMATCH: the two allocators trained to different losses" if bad else "")
+sys.exit(1 if bad else 0)
+EOF
+  (( $? == 0 )) || fail "the final losses differ between the allocators"
+else
+  note "PyTorch comparison not run (see above)"
+fi
+
+note "results: $RESULTS; logs: $OUT; total $((SECONDS - START))s"
+if (( FAILED )); then note "GPU CHECK FAILED"; exit 1; fi
+if (( ! TORCH_OK )); then note "GPU CHECK INCOMPLETE: no usable torch"; exit 2; fi
+note "GPU CHECK PASSED"
