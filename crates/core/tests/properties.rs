@@ -450,3 +450,25 @@ fn a_failed_page_map_unwinds_and_the_retry_ladder_goes_on() {
     let attempt = [(Op::MemCreate, 0), (Op::MemCreate, 2), (Op::MemRelease, 0)];
     assert_eq!(ops, [attempt, attempt].concat());
 }
+
+#[test]
+fn no_manifest_turns_the_invariant_checker_on_for_everyone() {
+    // `cargo test --workspace` unifies features: one crate enabling `check-invariants` would
+    // run the O(n) checker after every operation of every replay in every test (minutes).
+    let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for entry in std::fs::read_dir(&crates).unwrap() {
+        let manifest = entry.unwrap().path().join("Cargo.toml");
+        let Ok(text) = std::fs::read_to_string(&manifest) else {
+            continue;
+        };
+        let offending = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .any(|l| l.contains("cachalot-core") && l.contains("check-invariants"));
+        assert!(
+            !offending,
+            "{} enables check-invariants on cachalot-core",
+            manifest.display()
+        );
+    }
+}
