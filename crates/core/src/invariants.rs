@@ -99,7 +99,7 @@ impl<D: Device> State<D> {
                 active_bytes[k] += b.size as i64;
                 requested[k] += b.requested_size as i64;
             } else if is_free(id) {
-                free_expected.insert((b.pool.is_small(), size_key(b), id));
+                free_expected.insert((b.pool.is_small(), b.stream.0, size_key(b), id));
                 if b.is_split() && !b.is_expandable() {
                     inactive_split[k] += 1;
                     inactive_split_bytes[k] += b.size as i64;
@@ -121,11 +121,12 @@ impl<D: Device> State<D> {
         let mut free_actual = BTreeSet::new();
         let mut unmapped_actual = BTreeSet::new();
         for pool in [&self.small, &self.large] {
-            for (&key, &id) in &pool.blocks {
-                if size_key(&self.blocks[id]) != key {
-                    return Err(format!("free set key {key:?} is stale"));
+            for (stream, key, id) in pool.free_entries() {
+                let b = &self.blocks[id];
+                if size_key(b) != key || b.stream.0 != stream {
+                    return Err(format!("free set key {key:?} on stream {stream} is stale"));
                 }
-                free_actual.insert((pool.kind.is_small(), key, id));
+                free_actual.insert((pool.kind.is_small(), stream, key, id));
             }
             for (&key, &id) in &pool.unmapped {
                 if addr_key(&self.blocks[id]) != key {

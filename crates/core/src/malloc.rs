@@ -92,49 +92,48 @@ impl<D: Device> State<D> {
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
-        let mut it = pool.at_or_after(p.stream, p.size);
-        let (_, &first) = it.next()?;
-        let mut id = first;
-        if blocks[id].stream != p.stream {
-            return None;
-        }
-        if blocks[id].is_expandable() {
-            if expandable_on {
-                // Best fit by the size a block could grow to: prefer a tighter candidate over
-                // the free tail of a segment that can still map more pages.
-                let expandable_size = |b: BlockId| {
-                    let blk = &blocks[b];
-                    blk.size
-                        + match blk.next {
-                            Some(n) if !blocks[n].mapped => blocks[n].size,
-                            _ => 0,
+        let id = {
+            let mut it = pool.at_or_after(p.stream, p.size);
+            let (_, &first) = it.next()?;
+            let mut id = first;
+            if blocks[id].is_expandable() {
+                if expandable_on {
+                    // Best fit by the size a block could grow to: prefer a tighter candidate over
+                    // the free tail of a segment that can still map more pages.
+                    let expandable_size = |b: BlockId| {
+                        let blk = &blocks[b];
+                        blk.size
+                            + match blk.next {
+                                Some(n) if !blocks[n].mapped => blocks[n].size,
+                                _ => 0,
+                            }
+                    };
+                    for (_, &next) in it {
+                        if !blocks[id].is_expandable()
+                            || expandable_size(next) >= expandable_size(id)
+                        {
+                            break;
                         }
-                };
-                for (_, &next) in it {
-                    if !blocks[id].is_expandable()
-                        || blocks[next].stream != p.stream
-                        || expandable_size(next) >= expandable_size(id)
-                    {
-                        break;
+                        id = next;
                     }
-                    id = next;
-                }
-            } else {
-                // Expandable segments were switched off after some were made: only classic
-                // blocks may serve new requests.
-                let mut next = None;
-                for (_, &n) in it {
-                    if !(blocks[n].is_expandable() && blocks[n].stream == p.stream) {
-                        next = Some(n);
-                        break;
+                } else {
+                    // Expandable segments were switched off after some were made: only classic
+                    // blocks may serve new requests.
+                    let mut next = None;
+                    for (_, &n) in it {
+                        if !blocks[n].is_expandable() {
+                            next = Some(n);
+                            break;
+                        }
                     }
-                }
-                match next {
-                    Some(n) if blocks[n].stream == p.stream => id = n,
-                    _ => return None,
+                    match next {
+                        Some(n) => id = n,
+                        None => return None,
+                    }
                 }
             }
-        }
+            id
+        };
         let b = &blocks[id];
         let oversize_applies = !(exempt && b.is_expandable());
         if oversize_applies {

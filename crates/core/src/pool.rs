@@ -14,16 +14,21 @@ use cachalot_device::StreamId;
 
 use crate::block::{Block, BlockId, PoolKind};
 
-/// Free-set key: (stream, size, segment creation number, address).
-pub(crate) type SizeKey = (u64, u64, u32, u64);
+/// Free-set key within one stream: (size, segment creation number, address).
+pub(crate) type SizeKey = (u64, u32, u64);
 /// Unmapped-set key: (stream, address).
 pub(crate) type AddrKey = (u64, u64);
+
+/// The free blocks of one stream, best fit first.
+type StreamSet = BTreeMap<SizeKey, BlockId>;
 
 /// The free blocks of one pool kind.
 #[derive(Debug)]
 pub(crate) struct BlockPool {
-    /// Free, mapped blocks by (stream, size, address).
-    pub blocks: BTreeMap<SizeKey, BlockId>,
+    /// Free, mapped blocks: one set per stream, by stream (few streams, so a sorted vector).
+    /// Together they are torch's single set ordered by (stream, size, counter, address); split
+    /// by stream, the keys are a quarter smaller and a lookup never crosses streams.
+    streams: Vec<(u64, StreamSet)>,
     /// Unmapped blocks of expandable segments by (stream, address).
     pub unmapped: BTreeMap<AddrKey, BlockId>,
     /// Which pool this is.
@@ -34,7 +39,7 @@ pub(crate) struct BlockPool {
 
 #[inline]
 pub(crate) fn size_key(b: &Block) -> SizeKey {
-    (b.stream.0, b.size, b.segment_id, b.ptr)
+    (b.size, b.segment_id, b.ptr)
 }
 
 #[inline]
@@ -45,47 +50,88 @@ pub(crate) fn addr_key(b: &Block) -> AddrKey {
 impl BlockPool {
     pub fn new(kind: PoolKind) -> Self {
         BlockPool {
-            blocks: BTreeMap::new(),
+            streams: Vec::new(),
             unmapped: BTreeMap::new(),
             kind,
             get_free_blocks_call_count: 0,
         }
     }
 
+    #[inline]
+    fn set(&self, stream: StreamId) -> Option<&StreamSet> {
+        self.streams
+            .iter()
+            .find(|(s, _)| *s == stream.0)
+            .map(|(_, set)| set)
+    }
+
+    #[inline]
+    fn set_mut(&mut self, stream: StreamId) -> &mut StreamSet {
+        let i = match self.streams.iter().position(|(s, _)| *s >= stream.0) {
+            Some(i) if self.streams[i].0 == stream.0 => i,
+            Some(i) => {
+                self.streams.insert(i, (stream.0, StreamSet::new()));
+                i
+            }
+            None => {
+                self.streams.push((stream.0, StreamSet::new()));
+                self.streams.len() - 1
+            }
+        };
+        &mut self.streams[i].1
+    }
+
     /// Inserts a free block, stamping its GC age base (`insert_into_blocks`).
     #[inline]
     pub fn insert(&mut self, id: BlockId, b: &mut Block) {
         b.gc_count_base = self.get_free_blocks_call_count;
-        let old = self.blocks.insert(size_key(b), id);
+        let old = self.set_mut(b.stream).insert(size_key(b), id);
         debug_assert!(old.is_none(), "block already in the free set");
     }
 
     /// Removes a free block; returns whether it was there.
     #[inline]
     pub fn remove(&mut self, b: &Block) -> bool {
-        self.blocks.remove(&size_key(b)).is_some()
+        self.set_mut(b.stream).remove(&size_key(b)).is_some()
     }
 
-    /// The free blocks at or after (stream, size, 0) in set order (`lower_bound`).
+    /// The free blocks of `stream` of at least `size` bytes, best fit first (`lower_bound`,
+    /// limited to the stream).
     #[inline]
     pub fn at_or_after(
         &self,
         stream: StreamId,
         size: u64,
-    ) -> std::collections::btree_map::Range<'_, SizeKey, BlockId> {
-        self.blocks
-            .range((Bound::Included((stream.0, size, 0, 0)), Bound::Unbounded))
+    ) -> impl Iterator<Item = (&SizeKey, &BlockId)> + '_ {
+        self.set(stream)
+            .into_iter()
+            .flat_map(move |set| set.range((Bound::Included((size, 0, 0)), Bound::Unbounded)))
     }
 
-    /// The free blocks strictly before (stream, size, 0), nearest first.
+    /// The free blocks of `stream` smaller than `size` bytes, largest first.
     #[inline]
     pub fn before(
         &self,
         stream: StreamId,
         size: u64,
-    ) -> std::iter::Rev<std::collections::btree_map::Range<'_, SizeKey, BlockId>> {
-        self.blocks
-            .range((Bound::Unbounded, Bound::Excluded((stream.0, size, 0, 0))))
-            .rev()
+    ) -> impl Iterator<Item = (&SizeKey, &BlockId)> + '_ {
+        self.set(stream).into_iter().flat_map(move |set| {
+            set.range((Bound::Unbounded, Bound::Excluded((size, 0, 0))))
+                .rev()
+        })
+    }
+
+    /// Every free block, in torch's set order: by stream, then best fit.
+    pub fn free_ids(&self) -> impl Iterator<Item = BlockId> + '_ {
+        self.streams
+            .iter()
+            .flat_map(|(_, set)| set.values().copied())
+    }
+
+    /// Every free block with its stream and key, in set order (for the invariant checker).
+    pub fn free_entries(&self) -> impl Iterator<Item = (u64, SizeKey, BlockId)> + '_ {
+        self.streams
+            .iter()
+            .flat_map(|(s, set)| set.iter().map(move |(&k, &id)| (*s, k, id)))
     }
 }

@@ -24,7 +24,7 @@ impl<D: Device> State<D> {
     }
 
     fn release_blocks(&mut self, kind: PoolKind) -> Result<(), AllocError> {
-        let candidates: Vec<BlockId> = self.pool(kind).blocks.values().copied().collect();
+        let candidates: Vec<BlockId> = self.pool(kind).free_ids().collect();
         let mut to_unmap = Vec::new();
         for id in candidates {
             let b = &self.blocks[id];
@@ -89,7 +89,7 @@ impl<D: Device> State<D> {
             .map(|(_, &id)| id);
         if let Some(id) = single {
             let b = &self.blocks[id];
-            if b.stream == p.stream && releasable(b) {
+            if releasable(b) {
                 self.release_block(id)?;
                 return Ok(true);
             }
@@ -99,7 +99,7 @@ impl<D: Device> State<D> {
         let mut planned = 0u64;
         for (_, &id) in pool.before(p.stream, key_size) {
             let b = &self.blocks[id];
-            if planned >= key_size || b.size < max_split || b.stream != p.stream {
+            if planned >= key_size || b.size < max_split {
                 break;
             }
             if releasable(b) {
@@ -128,7 +128,7 @@ impl<D: Device> State<D> {
         let age = |b: &crate::block::Block| clock - b.gc_count_base;
         let mut total_age: u64 = 0;
         let mut count: u64 = 0;
-        for &id in self.large.blocks.values() {
+        for id in self.large.free_ids() {
             let b = &self.blocks[id];
             if !b.is_split() && !b.is_expandable() {
                 total_age += age(b);
@@ -145,9 +145,7 @@ impl<D: Device> State<D> {
             freed_any = false;
             let pass: Vec<BlockId> = self
                 .large
-                .blocks
-                .values()
-                .copied()
+                .free_ids()
                 .filter(|&id| {
                     let b = &self.blocks[id];
                     !b.is_split() && !b.is_expandable() && age(b) as f64 >= threshold

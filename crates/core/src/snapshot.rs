@@ -110,7 +110,7 @@ impl<D: Device> State<D> {
     pub fn segments(&self) -> Vec<SegmentInfo> {
         let mut heads: Vec<BlockId> = Vec::new();
         for pool in [&self.small, &self.large] {
-            heads.extend(pool.blocks.values().copied());
+            heads.extend(pool.free_ids());
             heads.extend(pool.unmapped.values().copied());
         }
         heads.extend(self.allocated.values().copied());
