@@ -22,7 +22,7 @@ Scenarios:
   no-caching   PYTORCH_NO_CUDA_MEMORY_CACHING=1, 80 GiB
 
 The output is deterministic (gzip without timestamps, sorted keys in index.json), so running
-it twice changes nothing. crates/api/tests/golden_async.rs replays the same scenarios through
+it twice changes nothing. crates/replay/tests/golden.rs (direct_backends_match_the_oracle) replays the same scenarios through
 cachalot and requires identical results.
 """
 import argparse, gzip, hashlib, io, json, os, subprocess, sys, tempfile
