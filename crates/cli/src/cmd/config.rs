@@ -51,8 +51,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         "{:w_key$}  {:w_val$}  {:w_def$}  meaning",
         "option", "value", "default"
     );
-    for (key, value, default, meaning) in rows {
-        let mark = if value != default { "*" } else { " " };
+    // Compare with what the default configuration describes, not with the default's prose
+    // ("0 (off)", "large_segment_size_mb (20)").
+    let defaults = cachalot_core::AllocConf::default().describe();
+    for ((key, value, default, meaning), (_, default_value, _, _)) in rows.into_iter().zip(defaults)
+    {
+        let mark = if value != default_value { "*" } else { " " };
         println!("{key:w_key$}  {value:w_val$}  {default:w_def$} {mark}{meaning}");
     }
     println!("(* = differs from the default)");
