@@ -286,21 +286,10 @@ fn section(o: &mut String, t: &Timeline, ymax: u64, smax: u64, cap: u64) {
     );
 }
 
-const METRIC_HEADER: [&str; 8] = [
-    "OOMs",
-    "retries",
-    "dev allocs",
-    "dev frees",
-    "est. time",
-    "peak reserved",
-    "peak alloc",
-    "util",
-];
-
 /// The page for `tune`.
 pub fn tune_page(r: &TuneResult, trace: &str, timelines: &[Timeline]) -> String {
     let mut header = vec!["rank".to_string()];
-    header.extend(METRIC_HEADER.iter().map(|s| s.to_string()));
+    header.extend(crate::text::METRIC_HEADER.iter().map(|s| s.to_string()));
     header.push("config".into());
     let mut rows = Vec::new();
     for (i, e) in r.ranking.iter().enumerate() {
@@ -341,7 +330,7 @@ pub fn tune_page(r: &TuneResult, trace: &str, timelines: &[Timeline]) -> String 
 /// The page for `compare`.
 pub fn compare_page(r: &CompareResult, trace: &str, timelines: &[Timeline]) -> String {
     let mut header = vec!["min capacity".to_string()];
-    header.extend(METRIC_HEADER.iter().map(|s| s.to_string()));
+    header.extend(crate::text::METRIC_HEADER.iter().map(|s| s.to_string()));
     header.push("config".into());
     let rows = r
         .rows

@@ -96,7 +96,8 @@ pub fn reason(w: &Evaluated, d: &Evaluated) -> String {
     )
 }
 
-const HEADER: [&str; 9] = [
+/// Column names of [`number_cells`], shared by the text and HTML tables.
+pub(crate) const METRIC_HEADER: [&str; 8] = [
     "OOMs",
     "retries",
     "dev allocs",
@@ -105,7 +106,6 @@ const HEADER: [&str; 9] = [
     "peak reserved",
     "peak alloc",
     "util",
-    "config",
 ];
 
 /// The table cells of one configuration's numbers, shared by the text and HTML reports.
@@ -174,7 +174,8 @@ pub fn tune_text(r: &TuneResult, trace: &str, events: usize) -> String {
         r.searched
     );
     let mut header = vec!["rank"];
-    header.extend_from_slice(&HEADER);
+    header.extend_from_slice(&METRIC_HEADER);
+    header.push("config");
     let mut rows = Vec::new();
     for (i, e) in r.ranking.iter().enumerate() {
         let mut row = vec![(i + 1).to_string()];
@@ -294,18 +295,9 @@ pub fn compare_text(r: &CompareResult, trace: &str, events: usize) -> String {
         "trace: {trace} ({events} events); OOMs, retries, device calls and time at {}\n",
         capacity(r.capacity)
     );
-    let header = [
-        "min capacity",
-        "OOMs",
-        "retries",
-        "dev allocs",
-        "dev frees",
-        "est. time",
-        "peak reserved",
-        "peak alloc",
-        "util",
-        "config",
-    ];
+    let mut header = vec!["min capacity"];
+    header.extend_from_slice(&METRIC_HEADER);
+    header.push("config");
     let rows: Vec<Vec<String>> = r
         .rows
         .iter()
