@@ -65,14 +65,59 @@ const COMPARED: &[&str] = &[
     "cudaMemGetInfo_at_end",
 ];
 
+/// The oracle fields of `report` that differ from `golden`.
+fn json_diffs(
+    report: &cachalot_replay::ReplayReport,
+    conf: &cachalot_core::AllocConf,
+    trace: &cachalot_replay::LoadedTrace,
+    capacity: u64,
+    golden: &Value,
+) -> Vec<String> {
+    let ours = report_json(report, conf, &trace.stats, capacity, &ReportMeta::default());
+    let mut diffs = Vec::new();
+    for key in COMPARED {
+        diff(key, &ours[key], &golden[key], &mut diffs);
+    }
+    diffs
+}
+
+/// Scenarios checked and the ones that differed.
+#[derive(Default)]
+struct Tally {
+    checked: usize,
+    failures: Vec<String>,
+}
+
+impl Tally {
+    fn record(&mut self, id: &str, mut diffs: Vec<String>) {
+        self.checked += 1;
+        if !diffs.is_empty() {
+            diffs.truncate(6);
+            self.failures
+                .push(format!("{id}:\n    {}", diffs.join("\n    ")));
+        }
+    }
+
+    fn finish(self, what: &str, filter: &str) {
+        assert!(self.checked > 0, "no {what} matched the filter {filter:?}");
+        assert!(
+            self.failures.is_empty(),
+            "{} of {} {what}s differ from the oracle:\n{}",
+            self.failures.len(),
+            self.checked,
+            self.failures.join("\n")
+        );
+        eprintln!("{} {what}s identical to the oracle", self.checked);
+    }
+}
+
 fn run_golden(include_expandable: bool) {
     let root = fixtures();
     let index: Value =
         serde_json::from_str(&std::fs::read_to_string(root.join("golden/index.json")).unwrap())
             .unwrap();
     let filter = std::env::var("GOLDEN_FILTER").unwrap_or_default();
-    let mut failures = Vec::new();
-    let mut checked = 0;
+    let mut tally = Tally::default();
     for (name, entry) in index.as_object().unwrap() {
         let trace_path = root.join(entry["trace"].as_str().unwrap());
         let mut trace = None;
@@ -94,21 +139,11 @@ fn run_golden(include_expandable: bool) {
                 ..ReplayOptions::default()
             };
             let report = replay(trace, &opts).unwrap();
-            let ours = report_json(
-                &report,
-                &conf,
-                &trace.stats,
-                capacity,
-                &ReportMeta::default(),
-            );
             let golden: Value = serde_json::from_str(
                 &std::fs::read_to_string(root.join(format!("golden/{id}.json"))).unwrap(),
             )
             .unwrap();
-            let mut diffs = Vec::new();
-            for key in COMPARED {
-                diff(key, &ours[key], &golden[key], &mut diffs);
-            }
+            let mut diffs = json_diffs(&report, &conf, trace, capacity, &golden);
             let mut csv = Vec::new();
             write_segments(&mut csv, &report.segments).unwrap();
             let csv = String::from_utf8(csv).unwrap();
@@ -127,24 +162,10 @@ fn run_golden(include_expandable: bool) {
                     golden_csv.lines().nth(first).unwrap_or("<end>")
                 ));
             }
-            checked += 1;
-            if !diffs.is_empty() {
-                diffs.truncate(6);
-                failures.push(format!("{id}:\n    {}", diffs.join("\n    ")));
-            }
+            tally.record(&id, diffs);
         }
     }
-    assert!(
-        checked > 0,
-        "no golden scenario matched the filter {filter:?}"
-    );
-    assert!(
-        failures.is_empty(),
-        "{} of {checked} golden scenarios differ from the oracle:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-    eprintln!("{checked} golden scenarios identical to the oracle");
+    tally.finish("golden scenario", &filter);
 }
 
 #[test]
@@ -167,8 +188,7 @@ fn direct_backends_match_the_oracle() {
     )
     .unwrap();
     let filter = std::env::var("GOLDEN_FILTER").unwrap_or_default();
-    let mut failures = Vec::new();
-    let mut checked = 0;
+    let mut tally = Tally::default();
     for (name, entry) in index.as_object().unwrap() {
         let trace = load_rmm(&root.join(format!("traces/{name}.csv.gz"))).unwrap();
         for (scenario, sc) in entry["scenarios"].as_object().unwrap() {
@@ -192,16 +212,7 @@ fn direct_backends_match_the_oracle() {
             let mut diffs = Vec::new();
             match replay(&trace, &opts) {
                 Ok(report) => {
-                    let ours = report_json(
-                        &report,
-                        &conf,
-                        &trace.stats,
-                        capacity,
-                        &ReportMeta::default(),
-                    );
-                    for key in COMPARED {
-                        diff(key, &ours[key], &golden[key], &mut diffs);
-                    }
+                    diffs = json_diffs(&report, &conf, &trace, capacity, &golden);
                     let rows = report.segments.len() as u64;
                     if Some(rows) != golden["segments_rows"].as_u64() {
                         diffs.push(format!(
@@ -230,21 +241,8 @@ fn direct_backends_match_the_oracle() {
                 }
                 Err(e) => diffs.push(format!("replay failed: {e}")),
             }
-            checked += 1;
-            if !diffs.is_empty() {
-                diffs.truncate(6);
-                failures.push(format!("{id}:\n    {}", diffs.join("\n    ")));
-            }
+            tally.record(&id, diffs);
         }
     }
-    assert!(
-        checked > 0,
-        "no direct-backend scenario matched the filter {filter:?}"
-    );
-    assert!(
-        failures.is_empty(),
-        "{} of {checked} direct-backend scenarios differ from the oracle:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    tally.finish("direct-backend scenario", &filter);
 }
