@@ -15,6 +15,22 @@ fn trace(csv: &str) -> cachalot_replay::LoadedTrace {
     b.finish()
 }
 
+/// Replays `t` under `conf` on a device of `capacity` bytes; the sizes of its `op` calls.
+fn call_sizes(t: &cachalot_replay::LoadedTrace, conf: &str, capacity: u64, op: Op) -> Vec<u64> {
+    let opts = ReplayOptions {
+        conf: parse_pytorch(conf).unwrap().0,
+        sim: SimConfig::with_capacity(capacity),
+        log_segments: true,
+        ..ReplayOptions::default()
+    };
+    let r = replay(t, &opts).unwrap();
+    r.segments
+        .iter()
+        .filter(|e| e.op == op)
+        .map(|e| e.size)
+        .collect()
+}
+
 #[test]
 fn expandable_segments_reserve_sizes_match_the_oracle() {
     // A 5 MB request (large pool, 20 MiB pages) then a 1000 B one (small pool, 2 MiB pages)
@@ -46,22 +62,8 @@ fn expandable_segments_reserve_sizes_match_the_oracle() {
         ),
     ];
     for (extra, want) in cases {
-        let conf = parse_pytorch(&format!("expandable_segments:True{extra}"))
-            .unwrap()
-            .0;
-        let opts = ReplayOptions {
-            conf,
-            sim: SimConfig::with_capacity(10 << 30),
-            log_segments: true,
-            ..ReplayOptions::default()
-        };
-        let r = replay(&t, &opts).unwrap();
-        let got: Vec<u64> = r
-            .segments
-            .iter()
-            .filter(|e| e.op == Op::AddressReserve)
-            .map(|e| e.size)
-            .collect();
+        let conf = format!("expandable_segments:True{extra}");
+        let got = call_sizes(&t, &conf, 10 << 30, Op::AddressReserve);
         assert_eq!(got, want, "expandable_segments_reserve{extra}");
     }
 }
@@ -88,19 +90,7 @@ fn oracle_test_suite_cases() {
     ];
     for (rows, conf, cap, want) in cases {
         let t = trace(&format!("Thread,Time,Action,Pointer,Size,Stream\n{rows}\n"));
-        let opts = ReplayOptions {
-            conf: parse_pytorch(conf).unwrap().0,
-            sim: SimConfig::with_capacity(cap),
-            log_segments: true,
-            ..ReplayOptions::default()
-        };
-        let r = replay(&t, &opts).unwrap();
-        let got: Vec<u64> = r
-            .segments
-            .iter()
-            .filter(|e| e.op == Op::CudaMalloc)
-            .map(|e| e.size)
-            .collect();
+        let got = call_sizes(&t, conf, cap, Op::CudaMalloc);
         assert_eq!(got, want, "{rows} under '{conf}'");
     }
 }
