@@ -141,7 +141,9 @@ pub fn diagnose(
     let (Some(oom), Some(snap)) = (at_oom.ooms.events.first(), at_oom.snapshot.as_ref()) else {
         return Ok(None);
     };
-    let r = &oom.report;
+    let Some(r) = &oom.report else {
+        return Ok(None);
+    };
     let segments: Vec<Segment> = snap
         .segments
         .iter()

@@ -69,9 +69,9 @@ pub struct OomEvent {
     pub line: u64,
     /// Index of the operation in the trace.
     pub op_index: usize,
-    /// The numbers. For the direct backends (`cudaMallocAsync`, no caching) allocated and
-    /// reserved are both the bytes in use.
-    pub report: OomReport,
+    /// The numbers, for the caching allocator; `None` for the direct backends
+    /// (`cudaMallocAsync`, no caching), whose only account is the message.
+    pub report: Option<OomReport>,
     /// torch's message for this backend.
     pub message: String,
 }
@@ -249,7 +249,7 @@ fn replay_inner(
                             ooms.events.push(OomEvent {
                                 line,
                                 op_index: i,
-                                report: *report,
+                                report: report.map(|r| *r),
                                 message,
                             });
                         }

@@ -268,7 +268,7 @@ pub fn summary_text(r: &ReplayReport, trace: &TraceStats, capacity: u64) -> Stri
     );
     let _ = writeln!(out, "out of memory       {}", r.ooms.count);
     for o in &r.ooms.events {
-        let _ = writeln!(out, "  line {}: {}", o.line, o.report);
+        let _ = writeln!(out, "  line {}: {}", o.line, o.message);
     }
     if r.ooms.count as usize > r.ooms.events.len() {
         let _ = writeln!(

@@ -18,8 +18,8 @@ pub(crate) enum Target {
 
 /// A failed allocation, as the replay sees it.
 pub(crate) enum MallocError {
-    /// Out of memory: the numbers (for the caching allocator), and torch's message.
-    OutOfMemory(Box<OomReport>, String),
+    /// Out of memory: the numbers (caching allocator only), and torch's message.
+    OutOfMemory(Option<Box<OomReport>>, String),
     /// Rejected before reaching the allocator (sizes that overflow).
     Rejected(AllocError),
     /// Anything else stops the replay.
@@ -58,54 +58,16 @@ impl Target {
             Target::Caching(a) => a.malloc(size, stream).map_err(|e| match e {
                 AllocError::OutOfMemory(r) => {
                     let message = r.to_string();
-                    MallocError::OutOfMemory(r, message)
+                    MallocError::OutOfMemory(Some(r), message)
                 }
                 e @ AllocError::InvalidSize { .. } => MallocError::Rejected(e),
                 e => MallocError::Fatal(e),
             }),
-            Target::Direct(a) => a.malloc(size, stream).map_err(|e| {
-                let message = e.to_string();
-                match e {
-                    AsyncError::OutOfMemory(r) => MallocError::OutOfMemory(
-                        Box::new(OomReport {
-                            device: r.device,
-                            stream,
-                            requested: r.requested,
-                            rounded: r.requested,
-                            alloc_size: r.requested,
-                            device_total: r.device_total,
-                            device_free: r.device_free,
-                            allocated: r.used,
-                            reserved: r.used,
-                            allowed: (r.limit != u64::MAX).then_some(r.limit),
-                            expandable_segments: false,
-                        }),
-                        message,
-                    ),
-                    AsyncError::Device(DeviceError::OutOfMemory) => {
-                        let info = a.with_device(cachalot_core::Device::mem_get_info);
-                        let (total, free) = info.map(|i| (i.total, i.free)).unwrap_or((0, 0));
-                        let stats = a.stats().unwrap_or_default();
-                        let allocated = stats.allocated_bytes.all().current as u64;
-                        MallocError::OutOfMemory(
-                            Box::new(OomReport {
-                                device: 0,
-                                stream,
-                                requested: size,
-                                rounded: size,
-                                alloc_size: size,
-                                device_total: total,
-                                device_free: free,
-                                allocated,
-                                reserved: allocated,
-                                allowed: None,
-                                expandable_segments: false,
-                            }),
-                            message,
-                        )
-                    }
-                    e => MallocError::Fatal(from_async(e)),
+            Target::Direct(a) => a.malloc(size, stream).map_err(|e| match e {
+                AsyncError::OutOfMemory(_) | AsyncError::Device(DeviceError::OutOfMemory) => {
+                    MallocError::OutOfMemory(None, e.to_string())
                 }
+                e => MallocError::Fatal(from_async(e)),
             }),
         }
     }

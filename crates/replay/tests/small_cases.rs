@@ -94,3 +94,29 @@ fn oracle_test_suite_cases() {
         assert_eq!(got, want, "{rows} under '{conf}'");
     }
 }
+
+#[test]
+fn direct_backend_ooms_carry_their_own_message() {
+    let t = trace(
+        "Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x1,3000000,0\n1,0,allocate,0x2,3000000,0\n",
+    );
+    let opts = ReplayOptions {
+        conf: parse_pytorch("backend:cudaMallocAsync").unwrap().0,
+        sim: SimConfig::with_capacity(4 << 20),
+        ..ReplayOptions::default()
+    };
+    let r = replay(&t, &opts).unwrap();
+    assert_eq!(r.ooms.count, 1);
+    let oom = &r.ooms.events[0];
+    assert_eq!(oom.line, 3);
+    assert!(
+        oom.report.is_none(),
+        "the caching allocator's numbers do not apply"
+    );
+    assert!(
+        oom.message
+            .starts_with("Allocation on device 0 would exceed allowed memory. (out of memory)"),
+        "{}",
+        oom.message
+    );
+}
