@@ -58,6 +58,19 @@ impl ExpandableSegment {
 }
 
 impl<D: Device> State<D> {
+    /// The live expandable segment at `index` (blocks only point at live segments).
+    fn segment(&self, index: usize) -> &ExpandableSegment {
+        self.expandable[index]
+            .as_ref()
+            .expect("a block points at a released expandable segment")
+    }
+
+    fn segment_mut(&mut self, index: usize) -> &mut ExpandableSegment {
+        self.expandable[index]
+            .as_mut()
+            .expect("a block points at a released expandable segment")
+    }
+
     pub(crate) fn remove_unmapped(&mut self, id: BlockId) {
         let b = &self.blocks[id];
         let key = addr_key(b);
@@ -176,9 +189,7 @@ impl<D: Device> State<D> {
             debug_assert!(!b.mapped && size <= b.size);
             (b.ptr, b.size, b.expandable as usize, b.stream, b.pool)
         };
-        let seg = self.expandable[seg_index]
-            .as_mut()
-            .expect("block of a released segment");
+        let seg = self.segment_mut(seg_index);
         let begin = (ptr - seg.ptr) / seg.page;
         let end = (ptr - seg.ptr + size).div_ceil(seg.page);
         let page = seg.page;
@@ -188,24 +199,21 @@ impl<D: Device> State<D> {
         }
         for i in begin..end {
             match self.device.mem_create(page) {
-                Ok(h) => {
-                    self.expandable[seg_index].as_mut().expect("live").handles[i as usize] = Some(h)
-                }
+                Ok(h) => self.segment_mut(seg_index).handles[i as usize] = Some(h),
                 Err(DeviceError::OutOfMemory) => {
                     for j in begin..i {
-                        let seg = self.expandable[seg_index].as_mut().expect("live");
+                        let seg = self.segment_mut(seg_index);
                         let h = seg.handles[j as usize].take().expect("created above");
                         self.device.mem_release(h, page)?;
                     }
-                    self.expandable[seg_index].as_mut().expect("live").trim();
+                    self.segment_mut(seg_index).trim();
                     return Ok(false);
                 }
                 Err(e) => return Err(e.into()),
             }
         }
         for i in begin..end {
-            let h = self.expandable[seg_index].as_ref().expect("live").handles[i as usize]
-                .expect("created above");
+            let h = self.segment(seg_index).handles[i as usize].expect("created above");
             self.device.mem_map(seg_ptr + i * page, page, h)?;
         }
         let mapped = (end - begin) * page;
@@ -250,7 +258,7 @@ impl<D: Device> State<D> {
             (b.ptr, b.size, b.expandable as usize, b.stream, b.pool)
         };
         let (seg_ptr, page) = {
-            let seg = self.expandable[seg_index].as_ref().expect("live");
+            let seg = self.segment(seg_index);
             (seg.ptr, seg.page)
         };
         let begin = (ptr - seg_ptr).div_ceil(page);
@@ -260,13 +268,13 @@ impl<D: Device> State<D> {
         }
         self.device.synchronize_stream(stream)?;
         for i in begin..end {
-            let h = self.expandable[seg_index].as_mut().expect("live").handles[i as usize]
+            let h = self.segment_mut(seg_index).handles[i as usize]
                 .take()
                 .expect("a free mapped page has a handle");
             self.device.mem_unmap(seg_ptr + i * page, page, h)?;
             self.device.mem_release(h, page)?;
         }
-        self.expandable[seg_index].as_mut().expect("live").trim();
+        self.segment_mut(seg_index).trim();
         let unmapped_ptr = seg_ptr + begin * page;
         let unmapped_size = (end - begin) * page;
         let removed = self.remove_free(id);
@@ -328,7 +336,9 @@ impl<D: Device> State<D> {
     pub(crate) fn release_expandable_segment(&mut self, id: BlockId) -> Result<(), AllocError> {
         let seg_index = self.blocks[id].expandable as usize;
         debug_assert!(!self.blocks[id].mapped);
-        let seg = self.expandable[seg_index].take().expect("live");
+        let seg = self.expandable[seg_index]
+            .take()
+            .expect("a block points at a released expandable segment");
         debug_assert_eq!(self.blocks[id].size, seg.size());
         self.remove_unmapped(id);
         self.blocks.remove(id);

@@ -125,7 +125,6 @@ impl<D: Device> State<D> {
                 net_bytes -= subsumed as i64;
             }
         }
-        self.active_count -= 1;
         self.insert_free(id);
         let b = &self.blocks[id];
         if b.is_split() {

@@ -256,7 +256,6 @@ impl<D: Device> State<D> {
         };
         self.record(TraceAction::Alloc, ptr, orig_size, stream);
         self.allocated.insert(ptr, user);
-        self.active_count += 1;
         let s = &mut self.stats;
         s.allocation.increase(small, 1);
         s.allocated_bytes.increase(small, bsize);

@@ -23,8 +23,6 @@ pub(crate) struct State<D> {
     pub large: BlockPool,
     /// Allocated blocks by address: exactly the blocks handed out and not yet freed.
     pub allocated: FxHashMap<u64, BlockId>,
-    /// Number of blocks that are allocated or waiting on events (`active_blocks`).
-    pub active_count: u64,
     /// Outstanding events per stream, oldest first (`cuda_events`).
     pub events: BTreeMap<StreamId, VecDeque<(EventId, BlockId)>>,
     /// Expandable segments, by index (a block's `expandable` field); `None` once released.
@@ -64,7 +62,6 @@ impl<D: Device> State<D> {
             small: BlockPool::new(PoolKind::Small),
             large: BlockPool::new(PoolKind::Large),
             allocated: FxHashMap::default(),
-            active_count: 0,
             events: BTreeMap::new(),
             expandable: Vec::new(),
             total_allocated_memory: 0,
