@@ -22,7 +22,7 @@ use std::collections::HashMap;
 
 use cachalot_device::{DeviceResult, PoolUsage};
 
-use crate::{MIB, Op, SimDevice, invalid, round_up};
+use crate::{Op, SimDevice, invalid};
 
 /// The pool's books.
 #[derive(Debug, Default)]
@@ -40,25 +40,7 @@ impl SimDevice {
         if size == 0 {
             return Ok(0);
         }
-        let (align, charge) = if size < 2 * MIB {
-            (512, round_up(size, 512))
-        } else {
-            (2 * MIB, round_up(size, 2 * MIB))
-        };
-        let placed = if self.charge(charge) {
-            let ptr = self.malloc_ranges.take(charge, align);
-            if ptr.is_none() {
-                self.phys_used -= charge;
-            }
-            ptr
-        } else {
-            None
-        };
-        let Some(ptr) = placed else {
-            self.counters.cuda_malloc_failed += 1;
-            self.push(Op::CudaMallocAsync, size, 0, 0, 2);
-            return Err(cachalot_device::DeviceError::OutOfMemory);
-        };
+        let (ptr, charge) = self.place(size, Op::CudaMallocAsync)?;
         self.pool.live.insert(ptr, (size, charge));
         self.pool.used += charge;
         self.pool.high = self.pool.high.max(self.pool.used);
@@ -78,8 +60,7 @@ impl SimDevice {
                 format!("{ptr:#x} is not a live pool allocation"),
             ));
         };
-        self.malloc_ranges.give_back(ptr, charge);
-        self.phys_used -= charge;
+        self.unplace(ptr, charge);
         self.pool.used -= charge;
         self.counters.cuda_free_async += 1;
         self.push(Op::CudaFreeAsync, size, ptr, 0, 0);

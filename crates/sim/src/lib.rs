@@ -317,27 +317,48 @@ fn invalid(call: &'static str, what: String) -> DeviceError {
     }
 }
 
-impl Device for SimDevice {
-    fn malloc(&mut self, size: u64) -> DeviceResult<u64> {
-        if size == 0 {
-            return Ok(0);
-        }
+impl SimDevice {
+    /// Charges and places `size` bytes in the `cudaMalloc` range (shared by `cudaMalloc` and
+    /// `cudaMallocAsync`): 512 B alignment and charge below 2 MiB, 2 MiB above, first fit.
+    /// A failure is counted and logged as `op`. Returns the address and the charge.
+    pub(crate) fn place(&mut self, size: u64, op: Op) -> DeviceResult<(u64, u64)> {
         let (align, charge) = if size < 2 * MIB {
             (512, round_up(size, 512))
         } else {
             (2 * MIB, round_up(size, 2 * MIB))
         };
-        if !self.charge(charge) {
-            self.counters.cuda_malloc_failed += 1;
-            self.push(Op::CudaMalloc, size, 0, 0, 2);
-            return Err(DeviceError::OutOfMemory);
-        }
-        let Some(ptr) = self.malloc_ranges.take(charge, align) else {
-            self.phys_used -= charge;
-            self.counters.cuda_malloc_failed += 1;
-            self.push(Op::CudaMalloc, size, 0, 0, 2);
-            return Err(DeviceError::OutOfMemory);
+        let placed = if self.charge(charge) {
+            let ptr = self.malloc_ranges.take(charge, align);
+            if ptr.is_none() {
+                self.phys_used -= charge;
+            }
+            ptr
+        } else {
+            None
         };
+        match placed {
+            Some(ptr) => Ok((ptr, charge)),
+            None => {
+                self.counters.cuda_malloc_failed += 1;
+                self.push(op, size, 0, 0, 2);
+                Err(DeviceError::OutOfMemory)
+            }
+        }
+    }
+
+    /// Returns a placement made by [`SimDevice::place`].
+    pub(crate) fn unplace(&mut self, ptr: u64, charge: u64) {
+        self.malloc_ranges.give_back(ptr, charge);
+        self.phys_used -= charge;
+    }
+}
+
+impl Device for SimDevice {
+    fn malloc(&mut self, size: u64) -> DeviceResult<u64> {
+        if size == 0 {
+            return Ok(0);
+        }
+        let (ptr, charge) = self.place(size, Op::CudaMalloc)?;
         self.live.insert(ptr, (size, charge));
         self.counters.cuda_malloc += 1;
         self.push(Op::CudaMalloc, size, ptr, 0, 0);
@@ -355,8 +376,7 @@ impl Device for SimDevice {
                 format!("{ptr:#x} is not a live allocation"),
             ));
         };
-        self.malloc_ranges.give_back(ptr, charge);
-        self.phys_used -= charge;
+        self.unplace(ptr, charge);
         self.counters.cuda_free += 1;
         self.push(Op::CudaFree, size, ptr, 0, 0);
         Ok(())
