@@ -19,6 +19,18 @@ fn cachalot(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// A replay that ran out of memory: exit status 1, the report on stdout.
+fn out_of_memory(args: &[&str]) -> String {
+    let out = cachalot(args);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "cachalot {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn ok(args: &[&str]) -> String {
     let out = cachalot(args);
     assert!(
@@ -65,7 +77,7 @@ fn replay_summary_prints_torchs_table() {
 #[test]
 fn replay_json_has_memory_stats() {
     let trace = fixtures().join("traces/resnet50-train.csv.gz");
-    let out = ok(&["replay", path(&trace), "--json", "--capacity", "5215617024"]);
+    let out = out_of_memory(&["replay", path(&trace), "--json", "--capacity", "5215617024"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let golden: serde_json::Value = serde_json::from_slice(
         &std::fs::read(fixtures().join("golden/resnet50-train/oom.memory_stats.json")).unwrap(),
@@ -106,28 +118,28 @@ fn replay_snapshot_writes_a_pickle_that_reads_back_as_torchs() {
 
 #[test]
 fn replay_reads_snapshots_as_input_and_says_what_it_dropped() {
+    // A ring-buffer window: the allocations live at its start are reconstructed and replayed
+    // before it (447 live at its start, 222 of them freed by the window), and the
+    // reconstruction is checked against the snapshot's own end state.
     let snap = fixtures().join("snapshots/cs336_bcrafton.json.gz");
     let csv = fixtures().join("traces/cs336_bcrafton.csv.gz");
     let a = cachalot(&["replay", path(&snap), "--json"]);
     assert!(a.status.success());
     let stderr = String::from_utf8_lossy(&a.stderr);
     assert!(
-        stderr.contains("222 frees of blocks allocated before it were dropped"),
+        stderr.contains("447 allocations live at its start"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("reconstruction check"), "{stderr}");
+    assert!(
+        stderr.contains("requested bytes live at the end: equal"),
         "{stderr}"
     );
     let a: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
     let b: serde_json::Value =
         serde_json::from_str(&ok(&["replay", path(&csv), "--json"])).unwrap();
-    for key in [
-        "events",
-        "peak",
-        "final",
-        "device_stats",
-        "memory_stats",
-        "trace_stats",
-    ] {
-        assert_eq!(a[key], b[key], "{key}");
-    }
+    assert_eq!(a["events"], b["events"].as_u64().unwrap() + 447 + 222);
+    assert!(a["peak"]["allocated_bytes"].as_u64() > b["peak"]["allocated_bytes"].as_u64());
 }
 
 #[test]
@@ -137,9 +149,13 @@ fn replay_picks_a_device_of_a_multi_device_snapshot() {
     assert!(!err.status.success());
     let msg = String::from_utf8_lossy(&err.stderr);
     assert!(msg.contains("choose one (--device N)"), "{msg}");
-    let out = ok(&["replay", path(&snap), "--device", "1", "--json"]);
+    // Device 1 ran out of memory under its recorded expandable_segments:True: replayed at
+    // its recorded capacity with its recorded configuration, the failed request (one more
+    // allocation and its free) fails again.
+    let out = out_of_memory(&["replay", path(&snap), "--device", "1", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["events"], 374);
+    assert_eq!(v["events"], 376);
+    assert_eq!(v["num_ooms"], 1);
 }
 
 #[test]
@@ -219,7 +235,7 @@ fn explain_reads_torchs_oom_snapshot() {
 fn explain_of_a_snapshot_at_the_oom_matches_the_replay() {
     let trace = fixtures().join("traces/resnet50-train.csv.gz");
     let snap = tmp("at-oom.pickle");
-    let replayed = ok(&[
+    let replayed = out_of_memory(&[
         "replay",
         path(&trace),
         "--capacity",
@@ -227,7 +243,7 @@ fn explain_of_a_snapshot_at_the_oom_matches_the_replay() {
         "--max-oom-messages",
         "1",
     ]);
-    ok(&[
+    out_of_memory(&[
         "replay",
         path(&trace),
         "--capacity",

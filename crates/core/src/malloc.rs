@@ -81,9 +81,6 @@ impl<D: Device> State<D> {
     pub(crate) fn get_free_block(&mut self, p: &Params) -> Option<BlockId> {
         let gc = self.gc_enabled();
         let expandable_on = self.conf.expandable_segments;
-        let exempt = self.conf.cachalot.expandable_oversize_exempt;
-        let max_split = self.conf.max_split_size;
-        let slack = self.conf.max_non_split_rounding_size;
         let blocks = &self.blocks;
         let pool = match p.pool {
             PoolKind::Small => &mut self.small,
@@ -135,16 +132,8 @@ impl<D: Device> State<D> {
             id
         };
         let b = &blocks[id];
-        let oversize_applies = !(exempt && b.is_expandable());
-        if oversize_applies {
-            // Never hand an oversize block to a normal request.
-            if p.size < max_split && b.size >= max_split {
-                return None;
-            }
-            // An oversize request may round up by less than the slack.
-            if p.size >= max_split && b.size >= p.size.saturating_add(slack) {
-                return None;
-            }
+        if crate::size::refuses_oversize(&self.conf, p.size, b.size, b.is_expandable()) {
+            return None;
         }
         let removed = pool.remove(b);
         debug_assert!(removed);

@@ -27,6 +27,20 @@ pub const MAX_UNSPLIT_REMAINDER: u64 = MIB;
 /// rejected up front (torch 2.15 wraps around instead and corrupts its statistics).
 pub const MAX_REQUEST: u64 = u64::MAX - 4 * ROUND_LARGE;
 
+/// Whether the `max_split_size_mb` rules refuse a free block of `block` bytes for a request
+/// rounded to `size` bytes (`get_free_block`): a normal request never takes an oversize block,
+/// and an oversize request takes one only if it is less than `max_non_split_rounding_mb`
+/// bigger. With `expandable_oversize_exempt` (cachalot's opt-in), expandable blocks are never
+/// refused.
+pub fn refuses_oversize(conf: &AllocConf, size: u64, block: u64, expandable: bool) -> bool {
+    if expandable && conf.cachalot.expandable_oversize_exempt {
+        return false;
+    }
+    let max_split = conf.max_split_size;
+    (size < max_split && block >= max_split)
+        || (size >= max_split && block >= size.saturating_add(conf.max_non_split_rounding_size))
+}
+
 /// Which `roundup_power2_divisions` slot covers `size`: slot *i* is [2^i MiB, 2^(i+1) MiB),
 /// slot 0 also covers everything smaller and slot 15 everything bigger.
 pub fn division_slot(size: u64) -> usize {

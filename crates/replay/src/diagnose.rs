@@ -12,8 +12,14 @@
 use std::fmt;
 
 use cachalot_core::config::parse_pytorch;
-use cachalot_core::{AllocConf, format_size};
-use cachalot_torchfmt::{OomExplanation, OomRequest, Segment, explain_oom};
+use cachalot_core::{AllocConf, TraceAction, format_size};
+use cachalot_sim::SimConfig;
+use cachalot_torchfmt::{
+    EventOptions, FailedRequest, OomExplanation, OomRequest, Segment, Snapshot, capacity_at_oom,
+    explain_oom, replay_events_with,
+};
+
+use crate::input::trace_from_events;
 
 use crate::engine::{ReplayError, ReplayOptions, replay};
 use crate::load::LoadedTrace;
@@ -209,4 +215,299 @@ impl fmt::Display for Diagnosis {
         write!(f, "{}", self.explanation)?;
         write_candidates(f, &self.candidates)
     }
+}
+
+/// Where the configuration of a snapshot's explanation comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfSource {
+    /// The snapshot's `allocator_settings`.
+    Snapshot(String),
+    /// The snapshot's settings do not parse; the default is used.
+    Unparsable {
+        /// The recorded string.
+        conf: String,
+        /// Why it does not parse.
+        error: String,
+    },
+    /// The snapshot has no `allocator_settings`; the default is used.
+    Missing,
+}
+
+impl fmt::Display for ConfSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfSource::Snapshot(c) => write!(f, "'{c}'"),
+            ConfSource::Unparsable { conf, error } => {
+                write!(
+                    f,
+                    "default (the snapshot's '{conf}' does not parse: {error})"
+                )
+            }
+            ConfSource::Missing => write!(f, "default (the snapshot has no allocator_settings)"),
+        }
+    }
+}
+
+/// The configuration a snapshot recorded, or the default with the reason.
+pub fn snapshot_conf(snap: &Snapshot) -> (AllocConf, ConfSource) {
+    match &snap.allocator_settings {
+        Some(s) => match parse_pytorch(&s.alloc_conf) {
+            Ok((c, _)) => (c, ConfSource::Snapshot(s.alloc_conf.clone())),
+            Err(e) => (
+                AllocConf::default(),
+                ConfSource::Unparsable {
+                    conf: s.alloc_conf.clone(),
+                    error: e.to_string(),
+                },
+            ),
+        },
+        None => (AllocConf::default(), ConfSource::Missing),
+    }
+}
+
+/// Which segments an explanation of a snapshot's out-of-memory reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegmentsAt {
+    /// The snapshot was taken at the out-of-memory: its own segments.
+    Snapshot,
+    /// Taken `after` entries later; rebuilt by replaying the history up to the failure (the
+    /// replay fails there too).
+    Rebuilt {
+        /// History entries after the out-of-memory.
+        after: usize,
+    },
+    /// Taken `after` entries later and not rebuilt: the snapshot's segments, which are not
+    /// those at the failure (no verdict is drawn from them).
+    Later {
+        /// History entries after the out-of-memory.
+        after: usize,
+    },
+}
+
+/// The whole history replayed at the capacity of the failure.
+#[derive(Clone, Debug)]
+pub struct HistoryReplay {
+    /// Events replayed.
+    pub events: usize,
+    /// Out-of-memory errors of the replay.
+    pub ooms: u64,
+    /// Allocations reconstructed before a ring-buffer window.
+    pub reconstructed: u64,
+    /// Each candidate option.
+    pub candidates: Vec<CandidateOutcome>,
+}
+
+/// Why the out-of-memory recorded in a snapshot happened ([`explain_snapshot`]).
+#[derive(Clone, Debug)]
+pub struct SnapshotDiagnosis {
+    /// The device explained.
+    pub device: u32,
+    /// `oom` entries in its history.
+    pub ooms: usize,
+    /// Every device with `oom` entries, and how many.
+    pub devices_with_ooms: Vec<(u32, usize)>,
+    /// The configuration used, and where it comes from.
+    pub conf: AllocConf,
+    /// Where it comes from.
+    pub conf_source: ConfSource,
+    /// The capacity of the replays.
+    pub capacity: u64,
+    /// Whether it was estimated from the snapshot (else given).
+    pub capacity_estimated: bool,
+    /// Which segments the explanation reads.
+    pub segments_at: SegmentsAt,
+    /// The reading of the last out-of-memory.
+    pub explanation: OomExplanation,
+    /// The history replayed with each candidate (unless asked not to).
+    pub replay: Option<HistoryReplay>,
+}
+
+/// Why a snapshot's out-of-memory cannot be explained.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExplainError {
+    /// The device's history has no `oom` entry.
+    #[error(
+        "device {device}'s history has no `oom` entry ({entries} entries); explain needs a \
+         snapshot taken at an out-of-memory, with history recorded \
+         (torch.cuda.memory._record_memory_history()){}",
+        others(.devices_with_ooms)
+    )]
+    NoOom {
+        /// The device.
+        device: u32,
+        /// Its history entries.
+        entries: usize,
+        /// Devices that do have `oom` entries.
+        devices_with_ooms: Vec<u32>,
+    },
+    /// The snapshot could not be turned into events.
+    #[error(transparent)]
+    Snapshot(#[from] cachalot_torchfmt::SnapshotError),
+    /// A replay failed.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+}
+
+fn others(devices: &[u32]) -> String {
+    if devices.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = devices.iter().map(u32::to_string).collect();
+    format!(
+        "; devices with out-of-memory entries: {} (--device N)",
+        list.join(", ")
+    )
+}
+
+/// Every device of `snap` with `oom` entries, and how many.
+pub fn devices_with_ooms(snap: &Snapshot) -> Vec<(u32, usize)> {
+    snap.device_traces
+        .iter()
+        .enumerate()
+        .map(|(d, t)| {
+            let n = t
+                .entries
+                .iter()
+                .filter(|e| e.action == TraceAction::Oom)
+                .count();
+            (d as u32, n)
+        })
+        .filter(|&(_, n)| n > 0)
+        .collect()
+}
+
+/// Explains the last out-of-memory of device `device` in `snap`: the segments at the failure
+/// (the snapshot's own, or rebuilt by replaying the history up to it), read by
+/// [`explain_oom`]; then, when `replay_history`, the whole workload replayed at the capacity
+/// of the failure (`capacity`, else estimated from the snapshot) under each candidate option.
+pub fn explain_snapshot(
+    snap: &Snapshot,
+    device: u32,
+    capacity: Option<u64>,
+    replay_history: bool,
+) -> Result<SnapshotDiagnosis, ExplainError> {
+    let entries = snap
+        .device_traces
+        .get(device as usize)
+        .map_or(&[][..], |t| &t.entries[..]);
+    let with_ooms = devices_with_ooms(snap);
+    let ooms: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].action == TraceAction::Oom)
+        .collect();
+    let Some(&at) = ooms.last() else {
+        return Err(ExplainError::NoOom {
+            device,
+            entries: entries.len(),
+            devices_with_ooms: with_ooms.iter().map(|&(d, _)| d).collect(),
+        });
+    };
+    let oom = entries[at];
+    let (conf, conf_source) = snapshot_conf(snap);
+    let after = entries.len() - at - 1;
+    let estimated = capacity_at_oom(snap, device, at).unwrap_or(u64::MAX);
+    let cap = capacity.unwrap_or(estimated);
+    let opts = ReplayOptions {
+        conf: conf.clone(),
+        sim: SimConfig::with_capacity(cap),
+        max_oom_reports: 1,
+        ..ReplayOptions::default()
+    };
+    let request = OomRequest {
+        device,
+        rounded: oom.size,
+        stream: oom.stream,
+        device_free: oom.addr,
+    };
+    let mut segments_at = if after == 0 {
+        SegmentsAt::Snapshot
+    } else {
+        SegmentsAt::Later { after }
+    };
+    let mut rebuilt = None;
+    if after > 0 && replay_history {
+        rebuilt = rebuild_at(snap, device, at, ooms.len() as u64, &opts)?;
+        if rebuilt.is_some() {
+            segments_at = SegmentsAt::Rebuilt { after };
+        }
+    }
+    let mut explanation = match &rebuilt {
+        Some(segs) => explain_oom(segs, request, &conf),
+        None => explain_oom(snap.device_segments(device), request, &conf),
+    };
+    explanation.at_failure = !matches!(segments_at, SegmentsAt::Later { .. });
+    let replay = if replay_history {
+        let events = replay_events_with(snap, device, &EventOptions::WORKLOAD)?;
+        let trace = trace_from_events(&events);
+        let base = replay(&trace, &opts)?;
+        Some(HistoryReplay {
+            events: events.events.len(),
+            ooms: base.ooms.count,
+            reconstructed: events.reconstructed,
+            candidates: try_candidates(&trace, &opts)?,
+        })
+    } else {
+        None
+    };
+    Ok(SnapshotDiagnosis {
+        device,
+        ooms: ooms.len(),
+        devices_with_ooms: with_ooms,
+        conf,
+        conf_source,
+        capacity: cap,
+        capacity_estimated: capacity.is_none(),
+        segments_at,
+        explanation,
+        replay,
+    })
+}
+
+/// The segments at history entry `at` (the `n`-th failure), rebuilt by replaying the
+/// workload up to it, when the replay fails there as torch did.
+fn rebuild_at(
+    snap: &Snapshot,
+    device: u32,
+    at: usize,
+    n: u64,
+    opts: &ReplayOptions,
+) -> Result<Option<Vec<Segment>>, ExplainError> {
+    let prefix = replay_events_with(
+        snap,
+        device,
+        &EventOptions {
+            until: Some(at + 1),
+            ..EventOptions::WORKLOAD
+        },
+    )?;
+    let r = replay(
+        &trace_from_events(&prefix),
+        &ReplayOptions {
+            snapshot_at_end: true,
+            ..opts.clone()
+        },
+    )?;
+    let last_failed = r.ooms.count == n
+        && prefix
+            .events
+            .last()
+            .is_some_and(|e| FailedRequest::from_addr(e.addr) == Some(FailedRequest::nth(n)));
+    let (true, Some(state)) = (last_failed, r.snapshot) else {
+        return Ok(None);
+    };
+    Ok(Some(
+        state
+            .segments
+            .iter()
+            .map(|s| {
+                let mut seg = Segment::from_info(s, device);
+                seg.stream = prefix
+                    .streams
+                    .get(s.stream.0 as usize)
+                    .copied()
+                    .unwrap_or(0);
+                seg
+            })
+            .collect(),
+    ))
 }

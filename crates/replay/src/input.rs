@@ -1,16 +1,23 @@
 //! Any supported trace input, told apart by content: an RMM memory-log CSV, or a torch
 //! memory snapshot (pickle, or the same structure as JSON), each plain or gzip-compressed.
 //!
-//! A snapshot is replayed from its recorded history with the rules of the reference
-//! conversions (`cachalot_torchfmt::events`): allocs and completed frees, frees of blocks
-//! allocated before the window dropped and counted, streams renumbered by first appearance.
-//! Each event gets the line it has in the RMM CSV `cachalot convert` writes (header = line 1),
-//! so replaying the snapshot and replaying its conversion are the same replay.
+//! A snapshot is replayed from its recorded history (`cachalot_torchfmt::events`): allocs and
+//! completed frees, streams renumbered by first appearance. [`LoadOptions::events`] says
+//! whether that is the reference conversion (what `cachalot convert` writes: frees of blocks
+//! allocated before the window dropped, failed requests left out) or the program's whole
+//! workload (failed requests replayed, the window completed with what was live at its start:
+//! what `replay`, `tune` and `compare` use). Each event gets its line in the RMM CSV of the
+//! same events (header = line 1).
 
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 
-use cachalot_torchfmt::{EventKind, ReplayEvents, Snapshot, SnapshotError, read_snapshot};
+use cachalot_core::AllocConf;
+use cachalot_sim::SimConfig;
+use cachalot_torchfmt::{
+    EventKind, EventOptions, Recorded, ReplayEvents, Snapshot, SnapshotError, read_snapshot,
+    replay_events_with,
+};
 use cachalot_trace::{PtrId, Record, StreamKey, TraceError};
 
 use crate::load::{LoadedTrace, TraceBuilder};
@@ -91,6 +98,19 @@ pub struct LoadOptions {
     /// For snapshots: the device whose history to replay. `None`: the only device with
     /// history (an error if there are several).
     pub device: Option<u32>,
+    /// For snapshots: what the history becomes (the default: the reference conversion;
+    /// [`EventOptions::WORKLOAD`]: the program's whole workload).
+    pub events: EventOptions,
+}
+
+impl LoadOptions {
+    /// The program's whole workload on `device` ([`EventOptions::WORKLOAD`]).
+    pub fn workload(device: Option<u32>) -> Self {
+        LoadOptions {
+            device,
+            events: EventOptions::WORKLOAD,
+        }
+    }
 }
 
 /// What kind of input was loaded.
@@ -106,6 +126,8 @@ pub enum InputKind {
         events: Box<ReplayEvents>,
         /// Devices with history in the snapshot.
         devices_with_history: Vec<u32>,
+        /// What the snapshot records about the device's run.
+        recorded: Box<Recorded>,
     },
 }
 
@@ -119,27 +141,215 @@ pub struct LoadedInput {
 }
 
 impl LoadedInput {
-    /// A line for people about what was dropped from a snapshot, if anything.
-    pub fn note(&self) -> Option<String> {
-        let InputKind::Snapshot { events, .. } = &self.kind else {
-            return None;
+    /// The snapshot's events, if the input is a snapshot.
+    pub fn snapshot_events(&self) -> Option<&ReplayEvents> {
+        match &self.kind {
+            InputKind::Snapshot { events, .. } => Some(events),
+            InputKind::RmmCsv => None,
+        }
+    }
+
+    /// What the snapshot records, if the input is a snapshot.
+    pub fn recorded(&self) -> Option<&Recorded> {
+        match &self.kind {
+            InputKind::Snapshot { recorded, .. } => Some(recorded),
+            InputKind::RmmCsv => None,
+        }
+    }
+
+    /// Lines for people about what the snapshot recorded and how its history was turned into
+    /// the replayed workload (empty for a CSV).
+    pub fn notes(&self) -> Vec<String> {
+        let (Some(events), Some(rec)) = (self.snapshot_events(), self.recorded()) else {
+            return Vec::new();
         };
-        let mut parts = vec![format!(
+        let mut out = vec![format!(
             "snapshot history of device {}: {} events replayed ({} history entries that are \
              not allocations or frees skipped)",
             events.device,
             events.events.len(),
             events.other_entries + events.unknown_entries
         )];
-        if events.starts_mid_run() {
-            parts.push(format!(
+        if rec.ooms > 0 {
+            let conf = match rec.alloc_conf.as_deref() {
+                Some("") => "the default configuration".to_string(),
+                Some(c) => format!("PYTORCH_CUDA_ALLOC_CONF={c}"),
+                None => "an unrecorded configuration (no allocator_settings)".to_string(),
+            };
+            let cap = rec
+                .capacity
+                .map(|c| format!(" at a capacity of about {}", cachalot_core::format_size(c)))
+                .unwrap_or_default();
+            out.push(format!(
+                "the snapshot recorded {} out-of-memory error{}{cap} under {conf}",
+                rec.ooms,
+                plural(rec.ooms)
+            ));
+            if events.failed_requests > 0 {
+                out.push(format!(
+                    "{} replayed as {} that must be served (each held until the program's live memory falls back to where it was \
+                     when it asked; docs/advisor.md); after the first failure the history \
+                     shows the program's error path, not its normal work, so the memory \
+                     found needed is a lower bound for the complete run",
+                    if events.failed_requests == 1 {
+                        "the failed request is".to_string()
+                    } else {
+                        format!("the {} failed requests are", events.failed_requests)
+                    },
+                    if events.failed_requests == 1 { "a request" } else { "requests" }
+                ));
+            } else {
+                out.push(
+                    "the failed requests are not replayed: this replay serves less than the \
+                     program asked for"
+                        .to_string(),
+                );
+            }
+        }
+        if events.reconstructed > 0 {
+            out.push(format!(
+                "the history starts mid-run (ring buffer): {} allocations live at its start \
+                 ({}) are reconstructed from the snapshot's blocks and the window's frees, and \
+                 replayed before it",
+                events.reconstructed,
+                cachalot_core::format_size(
+                    u64::try_from(events.reconstructed_bytes).unwrap_or(u64::MAX)
+                )
+            ));
+        } else if events.starts_mid_run() {
+            out.push(format!(
                 "the history starts mid-run (ring buffer): {} frees of blocks allocated before \
-                 it were dropped, and {} requested bytes live before it are not replayed",
-                events.dropped_frees, events.live_before_window
+                 it were dropped, and {} live before it are not replayed",
+                events.dropped_frees,
+                signed_size(events.live_before_window)
             ));
         }
-        Some(parts.join("; "))
+        out
     }
+
+    /// [`LoadedInput::notes`] as one line, if there is anything to say.
+    pub fn note(&self) -> Option<String> {
+        let notes = self.notes();
+        (!notes.is_empty()).then(|| notes.join("; "))
+    }
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+fn signed_size(bytes: i128) -> String {
+    let abs = cachalot_core::format_size(u64::try_from(bytes.unsigned_abs()).unwrap_or(u64::MAX));
+    if bytes < 0 { format!("-{abs}") } else { abs }
+}
+
+/// The check of a reconstructed window: the whole workload replayed under the snapshot's own
+/// configuration, its end state next to the snapshot's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowCheck {
+    /// The capacity replayed at (the recorded one when known).
+    pub capacity: u64,
+    /// Requested bytes live at the end of the replay, and at the snapshot (equal when the
+    /// reconstruction has every block live at the end).
+    pub requested: (u64, u64),
+    /// Bytes allocated at the end of the replay, and at the snapshot (they also differ when
+    /// the replay placed a block where a remainder too small to split stays with it).
+    pub allocated: (u64, u64),
+    /// Bytes reserved at the end of the replay, and at the snapshot.
+    pub reserved: (u64, u64),
+    /// Peak allocated in the replay.
+    pub peak_allocated: u64,
+    /// Out-of-memory errors in the replay.
+    pub ooms: u64,
+}
+
+impl WindowCheck {
+    /// Whether the replay ends with the snapshot's allocated bytes.
+    pub fn allocated_matches(&self) -> bool {
+        self.allocated.0 == self.allocated.1
+    }
+
+    /// Whether the replay ends with the snapshot's requested bytes live.
+    pub fn requested_matches(&self) -> bool {
+        self.requested.0 == self.requested.1
+    }
+}
+
+impl std::fmt::Display for WindowCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let size = cachalot_core::format_size;
+        let verdict = |same: bool| if same { "equal" } else { "DIFFERENT" };
+        let (rq, sq) = self.requested;
+        let (ra, sa) = self.allocated;
+        let (rr, sr) = self.reserved;
+        write!(
+            f,
+            "reconstruction check (the workload replayed under the snapshot's own \
+             configuration on a {} device, {} out-of-memory): requested bytes live at the end: \
+             {} (replay {rq}, snapshot {sq}); allocated at the end: {} (replay {ra} = {}, \
+             snapshot {sa} = {}); reserved: replay {}, snapshot {} (what was reserved before \
+             the window is not recorded); peak allocated {}",
+            size(self.capacity),
+            self.ooms,
+            verdict(self.requested_matches()),
+            verdict(self.allocated_matches()),
+            size(ra),
+            size(sa),
+            size(rr),
+            size(sr),
+            size(self.peak_allocated)
+        )
+    }
+}
+
+/// The most requested bytes live at once.
+fn peak_live(trace: &LoadedTrace) -> u64 {
+    let mut sizes = vec![0u64; trace.slots as usize];
+    let (mut live, mut peak) = (0u64, 0u64);
+    for op in &trace.ops {
+        match *op {
+            crate::TraceOp::Alloc { slot, size, .. } => {
+                sizes[slot as usize] = size;
+                live += size;
+                peak = peak.max(live);
+            }
+            crate::TraceOp::Free { slot, .. } => live -= std::mem::take(&mut sizes[slot as usize]),
+        }
+    }
+    peak
+}
+
+/// Replays a snapshot's workload under `conf` (the snapshot's own configuration) at its
+/// recorded capacity (or a device large enough for anything it asks) and compares the end
+/// state with the snapshot's. `None` for a CSV.
+pub fn check_window(
+    input: &LoadedInput,
+    conf: &AllocConf,
+) -> Result<Option<WindowCheck>, crate::ReplayError> {
+    let Some(rec) = input.recorded() else {
+        return Ok(None);
+    };
+    let capacity = rec
+        .capacity
+        .unwrap_or_else(|| (80u64 << 30).max(peak_live(&input.trace).saturating_mul(2)));
+    let r = crate::replay(
+        &input.trace,
+        &crate::ReplayOptions {
+            conf: conf.clone(),
+            sim: SimConfig::with_capacity(capacity),
+            max_oom_reports: 0,
+            ..crate::ReplayOptions::default()
+        },
+    )?;
+    let stat = |v: i64| v.max(0) as u64;
+    Ok(Some(WindowCheck {
+        capacity,
+        requested: (stat(r.stats.requested_bytes.all().current), rec.requested),
+        allocated: (stat(r.stats.allocated_bytes.all().current), rec.allocated),
+        reserved: (stat(r.stats.reserved_bytes.all().current), rec.reserved),
+        peak_allocated: stat(r.stats.allocated_bytes.all().peak),
+        ooms: r.ooms.count,
+    }))
 }
 
 /// Builds the replayable trace of a snapshot's events.
@@ -213,6 +423,25 @@ pub fn pick_device(snap: &Snapshot, wanted: Option<u32>, path: &Path) -> Result<
     }
 }
 
+/// The input of one device of a snapshot already read.
+pub fn snapshot_input(
+    snap: &Snapshot,
+    device: u32,
+    format: cachalot_torchfmt::Format,
+    events: &EventOptions,
+) -> Result<LoadedInput, SnapshotError> {
+    let events = replay_events_with(snap, device, events)?;
+    Ok(LoadedInput {
+        trace: trace_from_events(&events),
+        kind: InputKind::Snapshot {
+            format,
+            events: Box::new(events),
+            devices_with_history: snap.devices_with_history(),
+            recorded: Box::new(Recorded::of(snap, device)),
+        },
+    })
+}
+
 /// Loads a snapshot already read into memory.
 fn load_snapshot(
     data: &[u8],
@@ -226,15 +455,36 @@ fn load_snapshot(
     };
     let snap = read_snapshot(data).map_err(err)?;
     let device = pick_device(&snap, opts.device, path)?;
-    let events = cachalot_torchfmt::replay_events(&snap, device).map_err(err)?;
-    Ok(LoadedInput {
-        trace: trace_from_events(&events),
-        kind: InputKind::Snapshot {
-            format,
-            events: Box::new(events),
-            devices_with_history: snap.devices_with_history(),
-        },
-    })
+    snapshot_input(&snap, device, format, &opts.events).map_err(err)
+}
+
+/// Loads every device with history of a snapshot (or the one trace of a CSV), each as the
+/// program's whole workload.
+pub fn load_all_devices(path: &Path) -> Result<Vec<LoadedInput>, LoadError> {
+    let mut input = open(path)?;
+    let head = input.fill_buf().map_err(|error| LoadError::Io {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    let format = cachalot_torchfmt::sniff(head);
+    if format == cachalot_torchfmt::Format::Other {
+        drop(input);
+        return Ok(vec![load_input(path, &LoadOptions::workload(None))?]);
+    }
+    let data = read_all(input, path)?;
+    let err = |error| LoadError::Snapshot {
+        path: path.to_path_buf(),
+        error,
+    };
+    let snap = read_snapshot(&data).map_err(err)?;
+    let mut devices = snap.devices_with_history();
+    if devices.is_empty() {
+        devices.push(0);
+    }
+    devices
+        .into_iter()
+        .map(|d| snapshot_input(&snap, d, format, &EventOptions::WORKLOAD).map_err(err))
+        .collect()
 }
 
 /// Loads any supported input file, detecting its format by content.

@@ -13,14 +13,19 @@
 //!   free_completed entry).
 //!
 //! [`write_rmm_csv`] writes the events exactly as the reference files are written.
+//!
+//! What a replay of the program's workload needs goes beyond those rules
+//! ([`EventOptions::WORKLOAD`]): the requests that failed (`oom` entries) are requests the
+//! program made, and a ring-buffer window is completed with the allocations live at its
+//! start, reconstructed from the snapshot's final blocks and the window's frees.
 
 use std::io::{self, Write};
 
-use cachalot_core::TraceAction;
+use cachalot_core::{BlockState, TraceAction};
 use rustc_hash::FxHashMap;
 
 use crate::SnapshotError;
-use crate::model::Snapshot;
+use crate::model::{Snapshot, TraceEvent};
 
 /// An allocation or a free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,29 +72,182 @@ pub struct ReplayEvents {
     pub streams: Vec<u64>,
     /// `oom` entries in the window.
     pub ooms: u64,
+    /// The index of the first `oom` entry in the history.
+    pub first_oom_entry: Option<usize>,
+    /// `oom` entries replayed as requests ([`EventOptions::failed_requests`]).
+    pub failed_requests: u64,
+    /// Allocations put before the window ([`EventOptions::complete_window`]).
+    pub reconstructed: u64,
+    /// Their requested bytes.
+    pub reconstructed_bytes: u128,
 }
 
 impl ReplayEvents {
     /// Whether the window starts mid-run (frees dropped, or memory live before it).
     pub fn starts_mid_run(&self) -> bool {
-        self.dropped_frees > 0 || self.live_before_window != 0
+        self.dropped_frees > 0 || self.live_before_window != 0 || self.reconstructed > 0
     }
 }
 
-/// Options of [`replay_events_with`].
+/// The id a replay gives the `n`-th failed request of a history (`n` from 1): the address
+/// `u64::MAX - n`, which no device hands out, so it never names a real block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FailedRequest(u64);
+
+impl FailedRequest {
+    /// At most this many failed requests get an id (far more than any history holds).
+    const MAX: u64 = 1 << 32;
+
+    /// The `n`-th failed request (`n` ≥ 1).
+    pub fn nth(n: u64) -> Self {
+        FailedRequest(n.clamp(1, Self::MAX))
+    }
+
+    /// Which failed request this is, from 1.
+    pub fn number(self) -> u64 {
+        self.0
+    }
+
+    /// The address the replay uses for it.
+    pub fn addr(self) -> u64 {
+        u64::MAX - self.0
+    }
+
+    /// The failed request an address names, if it is one.
+    pub fn from_addr(addr: u64) -> Option<Self> {
+        let n = u64::MAX - addr;
+        (1..=Self::MAX).contains(&n).then_some(FailedRequest(n))
+    }
+}
+
+/// What a snapshot's history is turned into.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EventOptions {
-    /// Turn each `oom` entry into an allocation of its (rounded) size that is never freed:
-    /// the request that failed, so that a replay makes it again. Its address is synthetic
-    /// (`u64::MAX - n` for the n-th). Off for conversions, which keep the program's events.
-    pub oom_attempts: bool,
+    /// Replay each `oom` entry as a request of its (rounded) size (id [`FailedRequest`]).
+    /// The history never frees it; it is freed at the first free after which the program's
+    /// live requested bytes are back at or below what they were when it was requested (the
+    /// model of docs/advisor.md: memory taken while the program's usage climbs is given back
+    /// when it falls back), and is held to the end if they never are. Off for conversions,
+    /// which keep the program's recorded events.
+    pub failed_requests: bool,
+    /// For a window that starts mid-run (ring buffer): put the allocations live at its start
+    /// before it — blocks allocated at the snapshot that the window did not allocate, and
+    /// blocks the window frees that it did not allocate — in address order, so their frees
+    /// are replayed too. Off for conversions, which drop those frees.
+    pub complete_window: bool,
     /// Use only the history entries before this index.
     pub until: Option<usize>,
 }
 
-/// The replayable events of device `device`'s history.
+impl EventOptions {
+    /// The whole workload the program asked for: failed requests included and the window
+    /// completed. What `replay`, `tune` and `compare` replay.
+    pub const WORKLOAD: EventOptions = EventOptions {
+        failed_requests: true,
+        complete_window: true,
+        until: None,
+    };
+}
+
+/// The replayable events of device `device`'s history, as the reference conversions make
+/// them (no failed requests, window not completed).
 pub fn replay_events(snap: &Snapshot, device: u32) -> Result<ReplayEvents, SnapshotError> {
     replay_events_with(snap, device, &EventOptions::default())
+}
+
+/// Blocks live before the window: allocated at the snapshot but not by the window, and freed
+/// by the window without being allocated by it. (address, requested bytes, raw stream), in
+/// address order.
+fn live_before(snap: &Snapshot, device: u32, entries: &[TraceEvent]) -> Vec<(u64, u64, u64)> {
+    let mut live: FxHashMap<u64, ()> = FxHashMap::default();
+    let mut out = Vec::new();
+    for e in entries {
+        match e.action {
+            TraceAction::Alloc => {
+                live.insert(e.addr, ());
+            }
+            TraceAction::FreeCompleted if live.remove(&e.addr).is_none() => {
+                out.push((e.addr, e.size, e.stream));
+            }
+            _ => {}
+        }
+    }
+    for s in snap.device_segments(device) {
+        for b in &s.blocks {
+            if b.state == BlockState::ActiveAllocated && !live.contains_key(&b.address) {
+                out.push((b.address, b.requested_size, s.stream));
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// Builds the event list: numbers streams by first appearance, drops unmatched frees, and
+/// frees failed requests when the live bytes fall back (see [`EventOptions::failed_requests`]).
+struct Builder<'a> {
+    out: &'a mut ReplayEvents,
+    streams: FxHashMap<u64, u32>,
+    live: FxHashMap<u64, u64>,
+    /// Requested bytes live, failed requests excluded.
+    level: u64,
+    /// Failed requests not yet freed: (level when requested, id, size, stream), max-heap.
+    pending: std::collections::BinaryHeap<(u64, FailedRequest, u64, u32)>,
+}
+
+impl Builder<'_> {
+    fn stream(&mut self, raw: u64) -> u32 {
+        let next = self.streams.len() as u32;
+        let out = &mut *self.out;
+        *self.streams.entry(raw).or_insert_with(|| {
+            out.streams.push(raw);
+            next
+        })
+    }
+
+    fn push(&mut self, kind: EventKind, addr: u64, size: u64, stream: u32) {
+        self.out.events.push(ReplayEvent {
+            kind,
+            addr,
+            size,
+            stream,
+        });
+    }
+
+    fn alloc(&mut self, addr: u64, size: u64, raw_stream: u64) {
+        let stream = self.stream(raw_stream);
+        if let Some(old) = self.live.insert(addr, size) {
+            self.level -= old;
+        }
+        self.level += size;
+        self.push(EventKind::Allocate, addr, size, stream);
+    }
+
+    fn free(&mut self, addr: u64, size: u64, raw_stream: u64) {
+        let stream = self.stream(raw_stream);
+        let Some(live) = self.live.remove(&addr) else {
+            self.out.dropped_frees += 1;
+            self.out.dropped_free_bytes += size as u128;
+            return;
+        };
+        self.level -= live;
+        self.push(EventKind::Free, addr, size, stream);
+        while let Some(&(at, id, size, stream)) = self.pending.peek() {
+            if at < self.level {
+                break;
+            }
+            self.pending.pop();
+            self.push(EventKind::Free, id.addr(), size, stream);
+        }
+    }
+
+    fn failed(&mut self, size: u64, raw_stream: u64) {
+        let stream = self.stream(raw_stream);
+        self.out.failed_requests += 1;
+        let id = FailedRequest::nth(self.out.failed_requests);
+        self.push(EventKind::Allocate, id.addr(), size, stream);
+        self.pending.push((self.level, id, size, stream));
+    }
 }
 
 /// [`replay_events`] with options.
@@ -109,66 +267,58 @@ pub fn replay_events_with(
         unknown_entries: trace.skipped.iter().map(|(_, n)| n).sum(),
         ..ReplayEvents::default()
     };
-    let mut streams: FxHashMap<u64, u32> = FxHashMap::default();
-    let mut live: FxHashMap<u64, ()> = FxHashMap::default();
     // Requested bytes allocated minus freed over the whole window.
     let mut window_net: i128 = 0;
-    let until = opts.until.unwrap_or(usize::MAX);
-    for (i, e) in trace.entries.iter().enumerate() {
-        let (kind, addr) = match e.action {
-            TraceAction::Alloc => {
-                window_net += e.size as i128;
-                (EventKind::Allocate, e.addr)
-            }
-            TraceAction::FreeCompleted => {
-                window_net -= e.size as i128;
-                (EventKind::Free, e.addr)
-            }
-            TraceAction::Oom => {
-                out.ooms += 1;
-                if !opts.oom_attempts {
-                    out.other_entries += 1;
-                    continue;
-                }
-                (EventKind::Allocate, u64::MAX - out.ooms)
-            }
-            _ => {
-                out.other_entries += 1;
-                continue;
-            }
-        };
-        if i >= until {
-            continue;
+    for e in &trace.entries {
+        match e.action {
+            TraceAction::Alloc => window_net += e.size as i128,
+            TraceAction::FreeCompleted => window_net -= e.size as i128,
+            TraceAction::Oom => out.ooms += 1,
+            _ => {}
         }
-        let next = streams.len() as u32;
-        let stream = *streams.entry(e.stream).or_insert_with(|| {
-            out.streams.push(e.stream);
-            next
-        });
-        match kind {
-            EventKind::Allocate => {
-                live.insert(addr, ());
-            }
-            EventKind::Free => {
-                if live.remove(&addr).is_none() {
-                    out.dropped_frees += 1;
-                    out.dropped_free_bytes += e.size as u128;
-                    continue;
-                }
-            }
-        }
-        out.events.push(ReplayEvent {
-            kind,
-            addr,
-            size: e.size,
-            stream,
-        });
     }
     let active_requested: i128 = snap
         .device_segments(device)
         .map(|s| s.requested_size as i128)
         .sum();
     out.live_before_window = active_requested - window_net;
+    out.first_oom_entry = trace
+        .entries
+        .iter()
+        .position(|e| e.action == TraceAction::Oom);
+    let before = if opts.complete_window {
+        live_before(snap, device, &trace.entries)
+    } else {
+        Vec::new()
+    };
+    let mut b = Builder {
+        out: &mut out,
+        streams: FxHashMap::default(),
+        live: FxHashMap::default(),
+        level: 0,
+        pending: std::collections::BinaryHeap::new(),
+    };
+    for &(addr, size, stream) in &before {
+        b.alloc(addr, size, stream);
+        b.out.reconstructed += 1;
+        b.out.reconstructed_bytes += size as u128;
+    }
+    let until = opts.until.unwrap_or(usize::MAX);
+    for e in trace.entries.iter().take(until) {
+        match e.action {
+            TraceAction::Alloc => b.alloc(e.addr, e.size, e.stream),
+            TraceAction::FreeCompleted => b.free(e.addr, e.size, e.stream),
+            TraceAction::Oom if opts.failed_requests => b.failed(e.size, e.stream),
+            _ => b.out.other_entries += 1,
+        }
+    }
+    // Entries past `until` still count as seen.
+    out.other_entries += trace
+        .entries
+        .iter()
+        .skip(until)
+        .filter(|e| !matches!(e.action, TraceAction::Alloc | TraceAction::FreeCompleted))
+        .count() as u64;
     Ok(out)
 }
 

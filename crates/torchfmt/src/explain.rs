@@ -19,10 +19,10 @@
 
 use std::fmt::{self, Write as _};
 
-use cachalot_core::size::{allocation_size, is_small};
-use cachalot_core::{AllocConf, BlockState, format_size};
+use cachalot_core::size::{allocation_size, is_small, refuses_oversize};
+use cachalot_core::{AllocConf, BlockState, TraceAction, format_size};
 
-use crate::model::Segment;
+use crate::model::{Segment, Snapshot};
 
 /// The failed request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,17 +87,80 @@ pub struct OomExplanation {
     pub free_by_stream: Vec<FreeByStream>,
     /// `max_split_size` in force, if set.
     pub max_split_size: Option<u64>,
+    /// Whether the segments read are those at the failure (a verdict is drawn only then).
+    pub at_failure: bool,
 }
 
-/// Whether a free block of `block` bytes is refused for a `size`-byte request by the
-/// `max_split_size_mb` rules.
-fn refused_by_oversize(conf: &AllocConf, size: u64, block: u64, expandable: bool) -> bool {
-    let ms = conf.max_split_size;
-    if expandable && conf.cachalot.expandable_oversize_exempt {
-        return false;
+/// The device memory the allocator could use when history entry `at` (an `oom`) was
+/// recorded: the free device memory then, plus what the allocator had reserved then (at the
+/// snapshot, less what was obtained after the entry, plus what was returned after it).
+pub fn capacity_at_oom(snap: &Snapshot, device: u32, at: usize) -> Option<u64> {
+    let entries = &snap.device_traces.get(device as usize)?.entries;
+    let oom = entries.get(at).filter(|e| e.action == TraceAction::Oom)?;
+    let reserved_at_snapshot: u64 = snap.device_segments(device).map(|s| s.total_size).sum();
+    let mut reserved_then = reserved_at_snapshot as i128;
+    for e in &entries[at + 1..] {
+        match e.action {
+            TraceAction::SegmentAlloc | TraceAction::SegmentMap => reserved_then -= e.size as i128,
+            TraceAction::SegmentFree | TraceAction::SegmentUnmap => reserved_then += e.size as i128,
+            _ => {}
+        }
     }
-    (size < ms && block >= ms)
-        || (size >= ms && block >= size.saturating_add(conf.max_non_split_rounding_size))
+    u64::try_from(reserved_then.max(0) + oom.addr as i128).ok()
+}
+
+/// What a snapshot records about one device's run: the configuration, the out-of-memory
+/// errors and where, and the memory at the snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    /// The device.
+    pub device: u32,
+    /// `allocator_settings.PYTORCH_CUDA_ALLOC_CONF`, when the snapshot has settings.
+    pub alloc_conf: Option<String>,
+    /// `oom` entries in the history.
+    pub ooms: u64,
+    /// History index of the first and the last `oom` entry.
+    pub oom_entries: Option<(usize, usize)>,
+    /// The device memory at the last out-of-memory ([`capacity_at_oom`]).
+    pub capacity: Option<u64>,
+    /// Bytes in allocated blocks at the snapshot.
+    pub allocated: u64,
+    /// Bytes reserved (all segments) at the snapshot.
+    pub reserved: u64,
+    /// Requested bytes of the active blocks at the snapshot.
+    pub requested: u64,
+}
+
+impl Recorded {
+    /// Reads what device `device`'s part of `snap` records.
+    pub fn of(snap: &Snapshot, device: u32) -> Recorded {
+        let entries = snap
+            .device_traces
+            .get(device as usize)
+            .map_or(&[][..], |t| &t.entries[..]);
+        let is_oom = |e: &&crate::model::TraceEvent| e.action == TraceAction::Oom;
+        let first = entries.iter().position(|e| is_oom(&e));
+        let last = entries.iter().rposition(|e| is_oom(&e));
+        let (mut allocated, mut reserved, mut requested) = (0, 0, 0);
+        for s in snap.device_segments(device) {
+            allocated += s.allocated_size;
+            reserved += s.total_size;
+            requested += s.requested_size;
+        }
+        Recorded {
+            device,
+            alloc_conf: snap
+                .allocator_settings
+                .as_ref()
+                .map(|a| a.alloc_conf.clone()),
+            ooms: entries.iter().filter(is_oom).count() as u64,
+            oom_entries: first.zip(last),
+            capacity: last.and_then(|at| capacity_at_oom(snap, device, at)),
+            allocated,
+            reserved,
+            requested,
+        }
+    }
 }
 
 /// Reads the failure of `request` against `segments` (those of the request's device) under
@@ -125,6 +188,7 @@ pub fn explain_oom<'s>(
         would_fit: 0,
         free_by_stream: Vec::new(),
         max_split_size: (conf.max_split_size != u64::MAX).then_some(conf.max_split_size),
+        at_failure: true,
     };
     for s in segments {
         if s.device != request.device {
@@ -171,7 +235,7 @@ pub fn explain_oom<'s>(
                 x.other_stream += b.size;
             } else if b.size < request.rounded {
                 x.too_small += b.size;
-            } else if refused_by_oversize(conf, request.rounded, b.size, s.is_expandable) {
+            } else if refuses_oversize(conf, request.rounded, b.size, s.is_expandable) {
                 x.refused_oversize += b.size;
             } else {
                 x.would_fit += b.size;
@@ -295,7 +359,16 @@ impl fmt::Display for OomExplanation {
                 );
             }
         }
-        let _ = writeln!(s, "  why: {}", self.verdict());
+        if self.at_failure {
+            let _ = writeln!(s, "  why: {}", self.verdict());
+        } else {
+            let _ = writeln!(
+                s,
+                "  why: not known from these segments: they are the snapshot's, taken after \
+                 the out-of-memory, not those at the failure (replaying the history rebuilds \
+                 them)"
+            );
+        }
         f.write_str(&s)
     }
 }

@@ -32,10 +32,10 @@ pub mod tree;
 pub mod unpickle;
 
 pub use events::{
-    EventKind, EventOptions, ReplayEvent, ReplayEvents, replay_events, replay_events_with,
-    write_rmm_csv,
+    EventKind, EventOptions, FailedRequest, ReplayEvent, ReplayEvents, replay_events,
+    replay_events_with, write_rmm_csv,
 };
-pub use explain::{OomExplanation, OomRequest, explain_oom};
+pub use explain::{OomExplanation, OomRequest, Recorded, capacity_at_oom, explain_oom};
 pub use model::{AllocatorSettings, Block, DeviceTrace, Segment, Snapshot, TraceEvent};
 pub use pickle::{to_pickle_bytes, write_pickle};
 pub use summary::{memory_stats, memory_stats_json, memory_summary};

@@ -163,16 +163,29 @@ fn multi_device_snapshots_replay_per_device() {
         "{err}"
     );
     for d in 0..3u32 {
-        let input = load_input(&path, &LoadOptions { device: Some(d) }).unwrap();
+        let input = load_input(
+            &path,
+            &LoadOptions {
+                device: Some(d),
+                ..LoadOptions::default()
+            },
+        )
+        .unwrap();
         let csv = load_rmm(&common::fixtures().join(format!(
             "traces/code_location_expandable_3gpu_oom.dev{d}.csv.gz"
         )))
         .unwrap();
         assert_eq!(input.trace.ops, csv.ops, "device {d}");
     }
-    let err = load_input(&path, &LoadOptions { device: Some(7) })
-        .unwrap_err()
-        .to_string();
+    let err = load_input(
+        &path,
+        &LoadOptions {
+            device: Some(7),
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
     assert!(
         err.contains("no history for device 7; devices with history: 0, 1, 2"),
         "{err}"

@@ -27,7 +27,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if !a.input.exists() {
         bail!("input file {} does not exist", a.input.display());
     }
-    let input = load_input(&a.input, &LoadOptions { device: a.device })?;
+    let input = load_input(
+        &a.input,
+        &LoadOptions {
+            device: a.device,
+            ..LoadOptions::default()
+        },
+    )?;
     let events: Vec<ReplayEvent> = match &input.kind {
         // A snapshot keeps its own addresses.
         InputKind::Snapshot { events, .. } => events.events.clone(),

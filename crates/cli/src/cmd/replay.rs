@@ -2,17 +2,18 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use cachalot_replay::diagnose::diagnose;
+use cachalot_replay::input::check_window;
 use cachalot_replay::report::{ReportMeta, report_json, summary_text, write_segments};
 use cachalot_replay::{LoadOptions, LoadedInput, ReplayOptions, load_input, replay};
 use cachalot_sim::SimConfig;
 use cachalot_torchfmt::{Snapshot, memory_stats_json, memory_summary, write_pickle};
 
-use crate::args::{load_trace, parse_size, print_warnings, resolve_conf};
+use crate::args::{ResolvedConf, load_trace, parse_size, print_warnings, resolve_conf};
 
 /// Arguments of `cachalot replay`.
 #[derive(clap::Args)]
@@ -21,13 +22,15 @@ pub struct Args {
     /// form), plain or gzip; the format is read from the content. Without it, a bundled GPT-2
     /// training trace is replayed.
     trace: Option<PathBuf>,
-    /// Allocator configuration (PYTORCH_CUDA_ALLOC_CONF grammar). Default: read the
-    /// environment as PyTorch does.
+    /// Allocator configuration (PYTORCH_CUDA_ALLOC_CONF grammar). Default: for a snapshot,
+    /// the configuration it recorded (allocator_settings); else the environment, read as
+    /// PyTorch does.
     #[arg(long)]
     conf: Option<String>,
-    /// Device memory, e.g. 24G, 512M or bytes.
-    #[arg(long, default_value = "80G", value_parser = parse_size)]
-    capacity: u64,
+    /// Device memory, e.g. 24G, 512M or bytes. Default: for a snapshot that ran out of
+    /// memory, the capacity it recorded; else 80G.
+    #[arg(long, value_parser = parse_size)]
+    capacity: Option<u64>,
     /// Print the oracle-compatible JSON object (with `memory_stats`) instead of the summary.
     #[arg(long)]
     json: bool,
@@ -62,14 +65,22 @@ pub struct Args {
     no_explain: bool,
 }
 
-/// Loads the trace argument (any supported format), or the bundled trace.
-fn load(a: &Args) -> Result<(LoadedInput, String)> {
-    match &a.trace {
+/// Loads a trace argument as the program's whole workload (any supported format), or the
+/// bundled trace.
+pub fn load(path: Option<&Path>, device: Option<u32>) -> Result<(LoadedInput, String)> {
+    match path {
         Some(p) => {
             if !p.exists() {
                 anyhow::bail!("trace file {} does not exist", p.display());
             }
-            let input = load_input(p, &LoadOptions { device: a.device })?;
+            let input = load_input(p, &LoadOptions::workload(device))?;
+            if device.is_some() && input.snapshot_events().is_none() {
+                anyhow::bail!(
+                    "--device: {} is an RMM CSV trace, which has one device; --device is for \
+                     torch snapshots with history on several devices",
+                    p.display()
+                );
+            }
             Ok((input, p.display().to_string()))
         }
         None => {
@@ -85,21 +96,81 @@ fn load(a: &Args) -> Result<(LoadedInput, String)> {
     }
 }
 
-/// Runs `cachalot replay`.
+/// The configuration to replay: `--conf`, else the snapshot's own (said on stderr), else
+/// the environment.
+pub fn snapshot_conf(conf: Option<&str>, input: &LoadedInput) -> Result<ResolvedConf> {
+    let recorded = input.recorded().and_then(|r| r.alloc_conf.clone());
+    match (conf, recorded) {
+        (None, Some(rec)) => {
+            let resolved = resolve_conf(Some(&rec)).with_context(|| {
+                format!(
+                    "the snapshot's own allocator_settings '{rec}' (pass --conf to replay another)"
+                )
+            })?;
+            let shown = if rec.is_empty() {
+                "the default".to_string()
+            } else {
+                format!("'{rec}'")
+            };
+            eprintln!(
+                "cachalot: configuration: the snapshot's own ({shown}, from its \
+                 allocator_settings); pass --conf to replay another"
+            );
+            for var in ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"] {
+                if std::env::var_os(var).is_some() {
+                    eprintln!(
+                        "cachalot: note: {var} from the environment is not used for a snapshot; pass --conf \"${var}\" to use it"
+                    );
+                }
+            }
+            Ok(resolved)
+        }
+        _ => resolve_conf(conf),
+    }
+}
+
+/// Runs `cachalot replay`. Exit status: 0 when every request was served, 1 when the replay
+/// ran out of memory, 2 on an error.
 pub fn run(a: Args) -> Result<ExitCode> {
-    let resolved = resolve_conf(a.conf.as_deref())?;
-    print_warnings(&resolved.warnings);
     if a.history_entries == 0 {
         anyhow::bail!("--history-entries 0: torch keeps at least 1 entry; give N >= 1");
     }
-    let (input, name) = load(&a)?;
-    if let Some(note) = input.note() {
+    let (input, name) = load(a.trace.as_deref(), a.device)?;
+    let resolved = snapshot_conf(a.conf.as_deref(), &input)?;
+    print_warnings(&resolved.warnings);
+    for note in input.notes() {
         eprintln!("cachalot: {note}");
     }
     let trace = &input.trace;
+    if trace.stats.allocs == 0 {
+        anyhow::bail!(
+            "{name}: the trace has no allocation events ({} data rows read, {} frees): nothing to replay",
+            trace.stats.lines,
+            trace.stats.frees + trace.stats.unmatched_frees
+        );
+    }
+    let recorded_capacity = input.recorded().and_then(|r| r.capacity);
+    let capacity = match (a.capacity, recorded_capacity) {
+        (Some(c), _) => c,
+        (None, Some(c)) => {
+            eprintln!(
+                "cachalot: capacity: {} (where the snapshot ran out of memory: free device \
+                 memory plus reserved at its last out-of-memory); pass --capacity to change it",
+                cachalot_core::format_size(c)
+            );
+            c
+        }
+        (None, None) => 80 << 30,
+    };
+    if input.snapshot_events().is_some_and(|e| e.reconstructed > 0)
+        && a.conf.is_none()
+        && let Some(check) = check_window(&input, &resolved.conf)?
+    {
+        eprintln!("cachalot: {check}");
+    }
     let opts = ReplayOptions {
         conf: resolved.conf.clone(),
-        sim: SimConfig::with_capacity(a.capacity),
+        sim: SimConfig::with_capacity(capacity),
         log_segments: a.segments.is_some(),
         ignore_streams: a.ignore_streams,
         max_oom_reports: a.max_oom_messages,
@@ -133,12 +204,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
             cachalot_alloc_conf: resolved.cachalot_alloc_conf,
             ignore_streams: a.ignore_streams,
         };
-        let mut v = report_json(&report, &resolved.conf, &trace.stats, a.capacity, &meta);
+        let mut v = report_json(&report, &resolved.conf, &trace.stats, capacity, &meta);
         if let Some(m) = v.as_object_mut() {
             m.insert("memory_stats".into(), memory_stats_json(&report.stats));
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(exit_status(&report));
     }
     println!("trace: {name}");
     if opts.conf.backend == cachalot_core::Backend::CudaMallocAsync {
@@ -148,7 +219,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "backend: no caching (PYTORCH_NO_CUDA_MEMORY_CACHING=1): every request is a cudaMalloc, and torch's statistics stay at 0"
         );
     }
-    print!("{}", summary_text(&report, &trace.stats, a.capacity));
+    print!("{}", summary_text(&report, &trace.stats, capacity));
     if a.summary {
         print!("{}", memory_summary(&report.stats, 0, false));
     }
@@ -158,5 +229,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
     {
         print!("{d}");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(exit_status(&report))
+}
+
+/// 1 when the replay ran out of memory (so a script can test whether a trace fits), else 0.
+fn exit_status(report: &cachalot_replay::ReplayReport) -> ExitCode {
+    if report.ooms.count > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
