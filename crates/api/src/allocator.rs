@@ -6,32 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use cachalot_core::async_backend::{AsyncAllocator, DirectMode};
-use cachalot_core::{AllocConf, CachingAllocator, DeviceStats, SegmentInfo, TraceEntry};
+use cachalot_core::{AllocConf, Backend, CachingAllocator, DeviceStats, SegmentInfo, TraceEntry};
 use cachalot_device::{Device, StreamId};
 
 use crate::{CUdeviceptr, Error, Result, Settings, stats};
-
-/// Which implementation serves requests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// PyTorch's caching allocator (`backend:native`, the default).
-    Native,
-    /// The driver's stream-ordered pool (`backend:cudaMallocAsync`).
-    CudaMallocAsync,
-    /// No caching: `cudaMalloc`/`cudaFree` per request (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`).
-    Uncached,
-}
-
-impl Backend {
-    /// The name torch reports (`torch.cuda.get_allocator_backend()`; no caching is still
-    /// "native" there).
-    pub fn torch_name(self) -> &'static str {
-        match self {
-            Backend::Native | Backend::Uncached => "native",
-            Backend::CudaMallocAsync => "cudaMallocAsync",
-        }
-    }
-}
 
 // One per device, inside an `Arc`: the size of the variants does not matter.
 #[allow(clippy::large_enum_variant)]

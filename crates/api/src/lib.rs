@@ -39,17 +39,15 @@
 #![forbid(unsafe_code)]
 
 mod allocator;
-mod settings;
 pub mod stats;
 
-pub use allocator::{Allocator, Allocators, Backend, DeviceBuffer};
-pub use settings::Settings;
+pub use allocator::{Allocator, Allocators, DeviceBuffer};
 
 pub use cachalot_core::async_backend::{AsyncAllocator, AsyncError, AsyncOomReport, DirectMode};
-pub use cachalot_core::config::{self, ConfigError, Warning};
+pub use cachalot_core::config::{self, ConfigError, EnvSource, Overrides, Settings, Warning};
 pub use cachalot_core::{
-    AllocConf, AllocError, CachingAllocator, DeviceStats, OomReport, SegmentInfo, Stat, StatArray,
-    TraceEntry, format_size,
+    AllocConf, AllocError, Backend, ByteSizeError, CachingAllocator, DeviceStats, OomReport,
+    SegmentInfo, Stat, StatArray, TraceEntry, format_size, parse_byte_size,
 };
 pub use cachalot_device::{Device, DeviceError, DeviceResult, MemInfo, StreamId};
 pub use cachalot_sim::{SimConfig, SimDevice};

@@ -100,10 +100,10 @@ fn out_of_memory_has_torchs_message_for_each_backend() {
 
 #[test]
 fn uncached_backend_goes_straight_to_the_device() {
-    let settings = Settings {
-        no_caching: true,
-        ..Settings::default()
-    };
+    let settings = Settings::from_env_with(|k| {
+        (k == "PYTORCH_NO_CUDA_MEMORY_CACHING").then(|| "1".to_string())
+    })
+    .unwrap();
     let alloc = Allocator::new(&settings, sim(80 << 30)).unwrap();
     assert_eq!(alloc.backend(), Backend::Uncached);
     assert_eq!(alloc.backend().torch_name(), "native");

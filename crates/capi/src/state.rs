@@ -3,15 +3,17 @@
 //!
 //! Environment:
 //! - `PYTORCH_CUDA_ALLOC_CONF` / `PYTORCH_ALLOC_CONF` / `CACHALOT_ALLOC_CONF` /
-//!   `PYTORCH_NO_CUDA_MEMORY_CACHING`: the configuration, read as torch 2.15 reads it;
+//!   `PYTORCH_NO_CUDA_MEMORY_CACHING` / `PYTORCH_NO_HIP_MEMORY_CACHING`: the configuration,
+//!   read as torch 2.15 reads it ([`Settings::from_env`], the one settings path);
 //! - `CACHALOT_DEVICE`: `cuda` (default) or `sim` (the simulated GPU, for tests anywhere);
-//! - `CACHALOT_SIM_CAPACITY`: the simulated GPU's memory (`80G` by default; `K`/`M`/`G`/`T`);
+//! - `CACHALOT_SIM_CAPACITY`: the simulated GPU's memory (`80G` by default; read by
+//!   [`cachalot::parse_byte_size`]);
 //! - `CACHALOT_VERBOSE=1`: one line on stderr saying what was set up.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use cachalot::{Allocator, Device, Settings, SimConfig, SimDevice};
+use cachalot::{Allocator, Device, Settings, SimConfig, SimDevice, parse_byte_size};
 
 /// The allocator type behind every device: real or simulated, chosen at run time.
 pub type Alloc = Allocator<Box<dyn Device>>;
@@ -47,24 +49,6 @@ pub struct Global {
 
 static GLOBAL: OnceLock<Result<Global, String>> = OnceLock::new();
 
-/// Parses `80G`, `512M`, `1.5T`, `1073741824` (binary units, case-insensitive, like the
-/// oracle's `FAKE_CUDA_CAPACITY`).
-pub fn parse_bytes(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num.trim().parse().ok()?;
-    let mult = match unit.trim().chars().next().map(|c| c.to_ascii_uppercase()) {
-        None | Some('B') => 1u64,
-        Some('K') => 1 << 10,
-        Some('M') => 1 << 20,
-        Some('G') => 1 << 30,
-        Some('T') => 1 << 40,
-        Some(_) => return None,
-    };
-    (value.is_finite() && value >= 0.0).then_some((value * mult as f64) as u64)
-}
-
 impl Global {
     fn from_env() -> Result<Global, String> {
         let settings =
@@ -78,9 +62,7 @@ impl Global {
             Ok(other) => return Err(format!("CACHALOT_DEVICE={other}: expected cuda or sim")),
         };
         let sim_capacity = match std::env::var("CACHALOT_SIM_CAPACITY") {
-            Ok(s) => parse_bytes(&s).ok_or_else(|| {
-                format!("CACHALOT_SIM_CAPACITY={s}: expected bytes, e.g. 80G or 512M")
-            })?,
+            Ok(s) => parse_byte_size(&s).map_err(|e| format!("CACHALOT_SIM_CAPACITY: {e}"))?,
             Err(_) => 80 << 30,
         };
         if std::env::var("CACHALOT_VERBOSE").as_deref() == Ok("1") {
@@ -165,21 +147,5 @@ impl Global {
     pub fn report_unknown_free(&self, ptr: u64, device: i32, why: &str) {
         let n = self.unknown_frees.fetch_add(1, Ordering::Relaxed) + 1;
         eprintln!("cachalot: ignored free of {ptr:#x} on device {device}: {why} ({n} so far)");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_bytes;
-
-    #[test]
-    fn byte_sizes() {
-        assert_eq!(parse_bytes("80G"), Some(80 << 30));
-        assert_eq!(parse_bytes("512m"), Some(512 << 20));
-        assert_eq!(parse_bytes("1.5T"), Some(3 << 39));
-        assert_eq!(parse_bytes("1000"), Some(1000));
-        assert_eq!(parse_bytes("100MB"), Some(100 << 20));
-        assert_eq!(parse_bytes("lots"), None);
-        assert_eq!(parse_bytes("-1G"), None);
     }
 }

@@ -3,8 +3,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use cachalot_core::AllocConf;
-use cachalot_core::config::{Warning, apply_cachalot, from_env, parse_pytorch};
+use cachalot_core::config::{ConfigError, Overrides, Settings, Warning};
 use cachalot_replay::LoadedTrace;
 
 /// The trace bundled into the binary, replayed when no trace is given: GPT-2 124M training
@@ -13,90 +12,18 @@ pub const BUNDLED_TRACE: &[u8] = include_bytes!("../assets/gpt2-train.csv.gz");
 /// Its name in reports.
 pub const BUNDLED_NAME: &str = "<bundled gpt2-train.csv.gz>";
 
-/// Parses a byte size: plain bytes (`1073741824`) or a number with a binary unit suffix
-/// (`512M`, `24G`, `1.5T`, `80GiB`, `100MB`), as the oracle's `FAKE_CUDA_CAPACITY` does.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let valid = "expected bytes or a number with K, M, G or T (e.g. 24G, 512M, 80GiB)";
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid size '{s}': {valid}"))?;
-    let shift = match unit.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        "T" | "TB" | "TIB" => 40,
-        _ => {
-            return Err(format!(
-                "invalid size '{s}': unknown unit '{unit}'; {valid}"
-            ));
-        }
+/// The one byte-size reader (`512M`, `24G`, `80GiB`, plain bytes), as clap's value parser.
+pub use cachalot_core::parse_byte_size as parse_size;
+
+/// The settings from the environment, read as torch 2.15 reads it, with `--conf STR` (PyTorch's
+/// grammar) in place of the PyTorch variables and `--cachalot STR` in place of
+/// `CACHALOT_ALLOC_CONF` where given.
+pub fn resolve_conf(conf: Option<&str>, cachalot: Option<&str>) -> Result<Settings, ConfigError> {
+    let over = Overrides {
+        pytorch: conf,
+        cachalot,
     };
-    let bytes = value * (1u64 << shift) as f64;
-    if !bytes.is_finite() || bytes < 1.0 || bytes >= u64::MAX as f64 {
-        return Err(format!(
-            "invalid size '{s}': must be at least 1 byte and below 16 EiB"
-        ));
-    }
-    Ok(bytes as u64)
-}
-
-/// A configuration and where it came from, for reports.
-pub struct ResolvedConf {
-    /// The configuration.
-    pub conf: AllocConf,
-    /// Raw `PYTORCH_CUDA_ALLOC_CONF` (or the `--conf` string).
-    pub pytorch_cuda_alloc_conf: Option<String>,
-    /// Raw `PYTORCH_ALLOC_CONF`.
-    pub pytorch_alloc_conf: Option<String>,
-    /// Raw `CACHALOT_ALLOC_CONF`.
-    pub cachalot_alloc_conf: Option<String>,
-    /// Warnings to show.
-    pub warnings: Vec<Warning>,
-}
-
-/// Whether `PYTORCH_NO_CUDA_MEMORY_CACHING` switches caching off (torch 2.15: only `1` or
-/// `true`).
-pub fn no_caching_from_env() -> bool {
-    std::env::var("PYTORCH_NO_CUDA_MEMORY_CACHING")
-        .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "True" | "TRUE"))
-}
-
-/// `--conf STR` if given (PyTorch's grammar; `CACHALOT_ALLOC_CONF` from the environment still
-/// applies on top), else the environment as PyTorch reads it.
-pub fn resolve_conf(conf: Option<&str>) -> Result<ResolvedConf> {
-    let env = |k: &str| std::env::var(k).ok();
-    match conf {
-        Some(s) => {
-            let (mut conf, mut warnings) = parse_pytorch(s)?;
-            let cachalot = env("CACHALOT_ALLOC_CONF");
-            if let Some(c) = &cachalot {
-                warnings.extend(apply_cachalot(&mut conf, c)?);
-            }
-            Ok(ResolvedConf {
-                conf,
-                pytorch_cuda_alloc_conf: Some(s.to_string()),
-                pytorch_alloc_conf: None,
-                cachalot_alloc_conf: cachalot,
-                warnings,
-            })
-        }
-        None => {
-            let (conf, warnings, _source) = from_env(env)?;
-            Ok(ResolvedConf {
-                conf,
-                pytorch_cuda_alloc_conf: env("PYTORCH_CUDA_ALLOC_CONF"),
-                pytorch_alloc_conf: env("PYTORCH_ALLOC_CONF"),
-                cachalot_alloc_conf: env("CACHALOT_ALLOC_CONF"),
-                warnings,
-            })
-        }
-    }
+    Settings::resolve(|k| std::env::var(k).ok(), over)
 }
 
 /// Prints configuration warnings to stderr.
@@ -121,29 +48,6 @@ pub fn load_trace(path: Option<&Path>) -> Result<(LoadedTrace, String)> {
         None => {
             let t = cachalot_replay::load_bytes(BUNDLED_TRACE).context("bundled trace")?;
             Ok((t, BUNDLED_NAME.to_string()))
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_accept_units_and_bytes() {
-        assert_eq!(parse_size("1024"), Ok(1024));
-        assert_eq!(parse_size("512M"), Ok(512 << 20));
-        assert_eq!(parse_size("24G"), Ok(24 << 30));
-        assert_eq!(parse_size("80GiB"), Ok(80 << 30));
-        assert_eq!(parse_size("1.5g"), Ok(3 << 29));
-        assert_eq!(parse_size("100MB"), Ok(100 << 20));
-    }
-
-    #[test]
-    fn bad_sizes_quote_the_input() {
-        for bad in ["0", "12Q", "", "G", "-1G", "1e400"] {
-            let e = parse_size(bad).unwrap_err();
-            assert!(e.contains(&format!("'{bad}'")), "{e}");
         }
     }
 }

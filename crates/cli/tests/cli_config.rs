@@ -8,6 +8,8 @@ fn config(arg: &str) -> std::process::Output {
         .env_remove("PYTORCH_CUDA_ALLOC_CONF")
         .env_remove("PYTORCH_ALLOC_CONF")
         .env_remove("CACHALOT_ALLOC_CONF")
+        .env_remove("PYTORCH_NO_CUDA_MEMORY_CACHING")
+        .env_remove("PYTORCH_NO_HIP_MEMORY_CACHING")
         .output()
         .unwrap()
 }
@@ -42,4 +44,77 @@ fn a_bad_entry_is_quoted_with_torchs_message() {
         err.contains("CachingAllocator option max_split_size_mb too small, must be >= 20"),
         "{err}"
     );
+}
+
+/// `cachalot config` and `cachalot replay` read the environment through the one settings path:
+/// `--cachalot` stands in for `CACHALOT_ALLOC_CONF`, and the no-caching variables are read as
+/// torch 2.15 reads them (`true` is ignored with torch's warning; the HIP spelling counts).
+#[test]
+fn the_environment_is_read_as_torch_reads_it() {
+    let run = |args: &[&str], vars: &[(&str, &str)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_cachalot"));
+        c.args(args);
+        for v in [
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "PYTORCH_ALLOC_CONF",
+            "CACHALOT_ALLOC_CONF",
+            "PYTORCH_NO_CUDA_MEMORY_CACHING",
+            "PYTORCH_NO_HIP_MEMORY_CACHING",
+        ] {
+            c.env_remove(v);
+        }
+        c.envs(vars.iter().copied());
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{args:?} {vars:?}: {out:?}");
+        let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+        (text(out.stdout), text(out.stderr))
+    };
+    let marked =
+        |text: &str, key: &str| text.lines().any(|l| l.starts_with(key) && l.contains(" *"));
+    let (out, _) = run(
+        &[
+            "config",
+            "max_split_size_mb:128",
+            "--cachalot",
+            "research_after_flush:True",
+        ],
+        &[("CACHALOT_ALLOC_CONF", "expandable_oversize_exempt:True")],
+    );
+    assert!(
+        marked(&out, "research_after_flush") && !marked(&out, "expandable_oversize_exempt"),
+        "{out}"
+    );
+    let (out, _) = run(
+        &["config", "max_split_size_mb:128"],
+        &[("CACHALOT_ALLOC_CONF", "expandable_oversize_exempt:True")],
+    );
+    assert!(marked(&out, "expandable_oversize_exempt"), "{out}");
+
+    let trace = std::env::temp_dir().join(format!("cachalot-nocache-{}.csv", std::process::id()));
+    std::fs::write(&trace, "Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x1,1000,0\n1,1,deallocate,0x1,0,0\n1,2,allocate,0x2,1000,0\n").unwrap();
+    let device_allocs = |vars: &[(&str, &str)]| {
+        let (out, err) = run(&["replay", trace.to_str().unwrap(), "--json"], vars);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        (
+            v["num_device_alloc"].as_u64().unwrap(),
+            v["config_effective"]["allocator_name"].clone(),
+            err,
+        )
+    };
+    // With caching the second request reuses the cached block: one device allocation. The
+    // oracle counts none without caching (torch's counter belongs to the caching path).
+    assert_eq!(device_allocs(&[]).0, 1);
+    for on in [
+        ("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"),
+        ("PYTORCH_NO_HIP_MEMORY_CACHING", "1"),
+    ] {
+        let (n, name, _) = device_allocs(&[on]);
+        assert_eq!((n, name), (0, serde_json::json!("native")), "{on:?}");
+    }
+    for bad in ["true", "True", " 1", "1 "] {
+        let (n, _, err) = device_allocs(&[("PYTORCH_NO_CUDA_MEMORY_CACHING", bad)]);
+        assert_eq!(n, 1, "{bad:?} keeps caching");
+        assert!(err.contains("caching stays on"), "{err}");
+    }
+    std::fs::remove_file(&trace).unwrap();
 }

@@ -27,6 +27,7 @@
 
 pub mod async_backend;
 mod block;
+pub mod bytesize;
 pub mod config;
 mod expandable;
 mod free;
@@ -44,8 +45,9 @@ pub mod stats;
 use std::sync::{Mutex, MutexGuard};
 
 pub use block::PoolKind;
+pub use bytesize::{ByteSizeError, parse_byte_size};
 pub use cachalot_device::{Device, DeviceError, MemInfo, StreamId};
-pub use config::{AllocConf, Backend, CachalotOptions};
+pub use config::{AllocConf, Backend, CachalotOptions, Settings};
 pub use history::{History, TraceAction, TraceEntry};
 pub use oom::{AllocError, OomReport, format_size};
 pub use snapshot::{BlockInfo, BlockState, MemorySnapshot, SegmentInfo};

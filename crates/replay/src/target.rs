@@ -42,6 +42,7 @@ impl Target {
     pub fn new(conf: &AllocConf, no_caching: bool, device: SimDevice) -> Result<Self, AllocError> {
         let mode = match (conf.backend, no_caching) {
             (Backend::CudaMallocAsync, _) => Some(DirectMode::StreamOrdered),
+            (Backend::Uncached, _) => Some(DirectMode::Uncached),
             (Backend::Native, true) => Some(DirectMode::Uncached),
             (Backend::Native, false) => None,
         };

@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use cachalot_core::config::{apply_cachalot, parse_pytorch};
 
 /// Arguments of `cachalot config`.
 #[derive(clap::Args)]
@@ -11,36 +10,21 @@ pub struct Args {
     /// A PYTORCH_CUDA_ALLOC_CONF string, e.g. "max_split_size_mb:128,expandable_segments:True".
     /// Without it, the environment is read as PyTorch reads it.
     conf: Option<String>,
-    /// cachalot's own options on top (CACHALOT_ALLOC_CONF grammar), e.g.
-    /// "expandable_oversize_exempt:True".
+    /// cachalot's own options on top (CACHALOT_ALLOC_CONF grammar, in place of that
+    /// variable), e.g. "expandable_oversize_exempt:True".
     #[arg(long)]
     cachalot: Option<String>,
 }
 
 /// Runs `cachalot config`.
 pub fn run(a: Args) -> Result<ExitCode> {
-    let resolved = match &a.conf {
-        Some(s) => {
-            let (mut conf, mut warnings) = match parse_pytorch(s) {
-                Ok(x) => x,
-                Err(e) => {
-                    eprintln!("cachalot: {e}");
-                    eprintln!("  torch 2.15 says: {}", e.torch_message());
-                    return Ok(ExitCode::from(2));
-                }
-            };
-            if let Some(c) = &a.cachalot {
-                warnings.extend(apply_cachalot(&mut conf, c)?);
-            }
-            crate::args::ResolvedConf {
-                conf,
-                pytorch_cuda_alloc_conf: Some(s.clone()),
-                pytorch_alloc_conf: None,
-                cachalot_alloc_conf: a.cachalot.clone(),
-                warnings,
-            }
+    let resolved = match crate::args::resolve_conf(a.conf.as_deref(), a.cachalot.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("cachalot: {e}");
+            eprintln!("  torch 2.15 says: {}", e.torch_message());
+            return Ok(ExitCode::from(2));
         }
-        None => crate::args::resolve_conf(None)?,
     };
     crate::args::print_warnings(&resolved.warnings);
     let rows = resolved.conf.describe();

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use cachalot_core::config::{self, Settings};
 use cachalot_replay::diagnose::diagnose;
 use cachalot_replay::input::check_window;
 use cachalot_replay::report::{ReportMeta, report_json, summary_text, write_segments};
@@ -13,7 +14,7 @@ use cachalot_replay::{LoadOptions, LoadedInput, ReplayOptions, load_input, repla
 use cachalot_sim::SimConfig;
 use cachalot_torchfmt::{Snapshot, memory_stats_json, memory_summary, write_pickle};
 
-use crate::args::{ResolvedConf, load_trace, parse_size, print_warnings, resolve_conf};
+use crate::args::{load_trace, parse_size, print_warnings, resolve_conf};
 
 /// Arguments of `cachalot replay`.
 #[derive(clap::Args)]
@@ -98,11 +99,11 @@ pub fn load(path: Option<&Path>, device: Option<u32>) -> Result<(LoadedInput, St
 
 /// The configuration to replay: `--conf`, else the snapshot's own (said on stderr), else
 /// the environment.
-pub fn snapshot_conf(conf: Option<&str>, input: &LoadedInput) -> Result<ResolvedConf> {
+pub fn snapshot_conf(conf: Option<&str>, input: &LoadedInput) -> Result<Settings> {
     let recorded = input.recorded().and_then(|r| r.alloc_conf.clone());
     match (conf, recorded) {
         (None, Some(rec)) => {
-            let resolved = resolve_conf(Some(&rec)).with_context(|| {
+            let resolved = resolve_conf(Some(&rec), None).with_context(|| {
                 format!(
                     "the snapshot's own allocator_settings '{rec}' (pass --conf to replay another)"
                 )
@@ -125,7 +126,7 @@ pub fn snapshot_conf(conf: Option<&str>, input: &LoadedInput) -> Result<Resolved
             }
             Ok(resolved)
         }
-        _ => resolve_conf(conf),
+        _ => Ok(resolve_conf(conf, None)?),
     }
 }
 
@@ -177,7 +178,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
         stop_at_first_oom: a.stop_at_oom,
         history_entries: a.snapshot.is_some().then_some(a.history_entries),
         snapshot_at_end: a.snapshot.is_some(),
-        no_caching: crate::args::no_caching_from_env(),
         ..ReplayOptions::default()
     };
     let report = replay(trace, &opts)?;
@@ -197,11 +197,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if a.json {
+        let raw = |var: &str| resolved.source.value(var).map(String::from);
         let meta = ReportMeta {
             trace: name,
-            pytorch_cuda_alloc_conf: resolved.pytorch_cuda_alloc_conf,
-            pytorch_alloc_conf: resolved.pytorch_alloc_conf,
-            cachalot_alloc_conf: resolved.cachalot_alloc_conf,
+            pytorch_cuda_alloc_conf: raw(config::CUDA_VAR),
+            pytorch_alloc_conf: raw(config::ALLOC_VAR),
+            cachalot_alloc_conf: raw(config::CACHALOT_VAR),
             ignore_streams: a.ignore_streams,
         };
         let mut v = report_json(&report, &resolved.conf, &trace.stats, capacity, &meta);
@@ -214,7 +215,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     println!("trace: {name}");
     if opts.conf.backend == cachalot_core::Backend::CudaMallocAsync {
         println!("backend: cudaMallocAsync (the simulated stream-ordered pool caches nothing)");
-    } else if opts.no_caching {
+    } else if opts.conf.backend == cachalot_core::Backend::Uncached {
         println!(
             "backend: no caching (PYTORCH_NO_CUDA_MEMORY_CACHING=1): every request is a cudaMalloc, and torch's statistics stay at 0"
         );

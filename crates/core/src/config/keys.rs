@@ -21,9 +21,23 @@ pub struct KeyDoc {
     pub cachalot_only: bool,
     /// A PyTorch 1.13 key that torch ≥ 2.0 rejects; cachalot accepts it with a warning.
     pub legacy: bool,
+    /// The pass of torch's parser that reads the key (the other one skips it).
+    pub pass: Pass,
+}
+
+/// Which of torch 2.15's two parse passes reads a key (see the `passes` module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pass {
+    /// `AcceleratorAllocatorConfig::parseArgs`: sizes, rounding, garbage collection,
+    /// `expandable_segments`, three pinned keys; also the legacy and cachalot keys.
+    Generic,
+    /// `CUDAAllocatorConfig::parseArgs`: backend, locks, fraction, reserves, the other pinned
+    /// keys.
+    Cuda,
 }
 
 const fn key(
+    pass: Pass,
     name: &'static str,
     unit: &'static str,
     default: &'static str,
@@ -37,57 +51,59 @@ const fn key(
         doc,
         cachalot_only: false,
         legacy: false,
+        pass,
     }
 }
+
+use Pass::{Cuda as C, Generic as G};
 
 /// Every key cachalot understands, in the order `describe` and `to_pytorch_string` use.
 #[rustfmt::skip]
 pub const KEYS: &[KeyDoc] = &[
-    key("backend", "name", "native", "allocator implementation: native (the caching allocator) or cudaMallocAsync (the driver's pool)"),
-    key("max_split_size_mb", "MiB", "unlimited", "blocks at least this big are never split and only serve requests at least this big (>= large_segment_size_mb)"),
-    key("max_non_split_rounding_mb", "MiB", "large_segment_size_mb (20)", "how much bigger than an oversize request a cached oversize block may be and still be handed out whole"),
-    key("large_segment_size_mb", "MiB", "20", "segment size for 1-10 MiB requests and page size of large-pool expandable segments (> 10)"),
-    key("roundup_power2_divisions", "N or [MiB:N,...,>:N]", "0 (off)", "round requests up to 1/N steps between powers of two, per size interval starting at MiB"),
-    KeyDoc { legacy: true, ..key("roundup_bypass_threshold_mb", "MiB", "unlimited", "PyTorch 1.13: requests above this skip power-of-two rounding (torch >= 2.0 rejects the key)") },
-    key("garbage_collection_threshold", "fraction (0, 1)", "0 (off)", "free old cached segments once reserved memory passes this share of the memory-fraction limit (needs a fraction < 1)"),
-    key("expandable_segments", "True/False", "False", "grow segments by mapping more pages instead of allocating new segments"),
-    KeyDoc { aliases: &["release_lock_on_hipmalloc"], ..key("release_lock_on_cudamalloc", "True/False", "False", "release the allocator lock while cudaMalloc runs") },
-    key("per_process_memory_fraction", "fraction [0, 1]", "1", "cap reserved memory at this fraction of the device's memory"),
-    key("throw_on_cudamalloc_oom", "True/False", "False", "with a fraction below 1, reject requests that would pass it before calling cudaMalloc"),
-    key("expandable_segments_reserve", "fraction or <n>G", "1.125 x device memory", "virtual address space reserved for each expandable segment"),
-    key("expandable_segments_reserve_by_class", "[class:reserve,...]", "none", "per stream-class reserve, overriding expandable_segments_reserve"),
-    key("graph_capture_record_stream_reuse", "True/False", "False", "during CUDA-graph capture, reuse blocks freed with cross-stream uses by graph topology"),
-    KeyDoc { aliases: &["pinned_use_hip_host_register"], ..key("pinned_use_cuda_host_register", "True/False", "False", "host allocator: pin with malloc + cudaHostRegister instead of cudaHostAlloc") },
-    key("pinned_num_register_threads", "threads", "1", "host allocator: threads that pre-fault pages for cudaHostRegister (power of two <= 128)"),
-    key("pinned_use_background_threads", "True/False", "False", "host allocator: process events on a background thread"),
-    key("pinned_reserve_segment_size_mb", "MiB", "0 (off)", "host allocator: pre-reserve a pinned segment of this size for small requests"),
-    key("pinned_max_round_threshold_mb", "MiB", "unlimited", "host allocator: requests above this skip power-of-two rounding"),
-    key("pinned_max_cached_size_mb", "MiB", "unlimited", "host allocator: blocks above this are freed instead of cached"),
-    key("pinned_free_catch_all", "True/False", "False", "host allocator: catch-all free behaviour (recorded only)"),
-    KeyDoc { cachalot_only: true, ..key("expandable_oversize_exempt", "True/False", "False", "cachalot: max_split_size_mb rules do not apply to expandable blocks (torch #123548)") },
-    KeyDoc { cachalot_only: true, ..key("research_after_flush", "True/False", "False", "cachalot: search the cache again after the last-resort flush before allocating (torch #189504)") },
+    key(C, "backend", "name", "native", "allocator implementation: native (the caching allocator) or cudaMallocAsync (the driver's pool)"),
+    key(G, "max_split_size_mb", "MiB", "unlimited", "blocks at least this big are never split and only serve requests at least this big (>= large_segment_size_mb)"),
+    key(G, "max_non_split_rounding_mb", "MiB", "large_segment_size_mb (20)", "how much bigger than an oversize request a cached oversize block may be and still be handed out whole"),
+    key(G, "large_segment_size_mb", "MiB", "20", "segment size for 1-10 MiB requests and page size of large-pool expandable segments (> 10)"),
+    key(G, "roundup_power2_divisions", "N or [MiB:N,...,>:N]", "0 (off)", "round requests up to 1/N steps between powers of two, per size interval starting at MiB"),
+    KeyDoc { legacy: true, ..key(G, "roundup_bypass_threshold_mb", "MiB", "unlimited", "PyTorch 1.13: requests above this skip power-of-two rounding (torch >= 2.0 rejects the key)") },
+    key(G, "garbage_collection_threshold", "fraction (0, 1)", "0 (off)", "free old cached segments once reserved memory passes this share of the memory-fraction limit (needs a fraction < 1)"),
+    key(G, "expandable_segments", "True/False", "False", "grow segments by mapping more pages instead of allocating new segments"),
+    KeyDoc { aliases: &["release_lock_on_hipmalloc"], ..key(C, "release_lock_on_cudamalloc", "True/False", "False", "release the allocator lock while cudaMalloc runs") },
+    key(C, "per_process_memory_fraction", "fraction [0, 1]", "1", "cap reserved memory at this fraction of the device's memory"),
+    key(C, "throw_on_cudamalloc_oom", "True/False", "False", "with a fraction below 1, reject requests that would pass it before calling cudaMalloc"),
+    key(C, "expandable_segments_reserve", "fraction or <n>G", "1.125 x device memory", "virtual address space reserved for each expandable segment"),
+    key(C, "expandable_segments_reserve_by_class", "[class:reserve,...]", "none", "per stream-class reserve, overriding expandable_segments_reserve"),
+    key(C, "graph_capture_record_stream_reuse", "True/False", "False", "during CUDA-graph capture, reuse blocks freed with cross-stream uses by graph topology"),
+    KeyDoc { aliases: &["pinned_use_hip_host_register"], ..key(C, "pinned_use_cuda_host_register", "True/False", "False", "host allocator: pin with malloc + cudaHostRegister instead of cudaHostAlloc") },
+    key(C, "pinned_num_register_threads", "threads", "1", "host allocator: threads that pre-fault pages for cudaHostRegister (power of two <= 128)"),
+    key(G, "pinned_use_background_threads", "True/False", "False", "host allocator: process events on a background thread"),
+    key(C, "pinned_reserve_segment_size_mb", "MiB", "0 (off)", "host allocator: pre-reserve a pinned segment of this size for small requests"),
+    key(G, "pinned_max_round_threshold_mb", "MiB", "unlimited", "host allocator: requests above this skip power-of-two rounding"),
+    key(G, "pinned_max_cached_size_mb", "MiB", "unlimited", "host allocator: blocks above this are freed instead of cached"),
+    key(C, "pinned_free_catch_all", "True/False", "False", "host allocator: catch-all free behaviour (recorded only)"),
+    KeyDoc { cachalot_only: true, ..key(G, "expandable_oversize_exempt", "True/False", "False", "cachalot: max_split_size_mb rules do not apply to expandable blocks (torch #123548)") },
+    KeyDoc { cachalot_only: true, ..key(G, "research_after_flush", "True/False", "False", "cachalot: search the cache again after the last-resort flush before allocating (torch #189504)") },
 ];
 
-/// Keys the generic pass owns.
-#[rustfmt::skip]
-pub(crate) const GENERIC_KEYS: [&str; 9] = [
-    "large_segment_size_mb", "max_split_size_mb", "max_non_split_rounding_mb",
-    "garbage_collection_threshold", "roundup_power2_divisions", "expandable_segments",
-    "pinned_use_background_threads", "pinned_max_round_threshold_mb", "pinned_max_cached_size_mb",
-];
-/// Keys the CUDA pass owns (including the ROCm spellings a CUDA build also accepts).
-#[rustfmt::skip]
-pub(crate) const CUDA_KEYS: [&str; 13] = [
-    "backend", "release_lock_on_cudamalloc", "release_lock_on_hipmalloc",
-    "pinned_use_cuda_host_register", "pinned_use_hip_host_register",
-    "graph_capture_record_stream_reuse", "pinned_reserve_segment_size_mb",
-    "pinned_num_register_threads", "per_process_memory_fraction", "pinned_free_catch_all",
-    "throw_on_cudamalloc_oom", "expandable_segments_reserve", "expandable_segments_reserve_by_class",
-];
-/// PyTorch 1.13's key that cachalot accepts (with a warning) although torch >= 2.0 rejects it.
+/// PyTorch 1.13's key that cachalot accepts (with a warning) although torch >= 2.0 rejects it
+/// (the table's one `legacy` entry; a test checks they agree).
 pub(crate) const LEGACY_KEY: &str = "roundup_bypass_threshold_mb";
-/// Keys only `CACHALOT_ALLOC_CONF` accepts.
-pub(crate) const CACHALOT_KEYS: [&str; 2] = ["expandable_oversize_exempt", "research_after_flush"];
+
+/// The table entry of `name`, which may be one of its aliases.
+pub fn lookup(name: &str) -> Option<&'static KeyDoc> {
+    KEYS.iter()
+        .find(|k| k.name == name || k.aliases.contains(&name))
+}
+
+/// Whether `name` is a torch 2.15 key (not the legacy one, not cachalot's) that `pass` reads.
+pub(crate) fn is_pass_key(name: &str, pass: Pass) -> bool {
+    lookup(name).is_some_and(|k| k.pass == pass && !k.cachalot_only && !k.legacy)
+}
+
+/// Whether `name` is a key only `CACHALOT_ALLOC_CONF` accepts.
+pub(crate) fn is_cachalot_key(name: &str) -> bool {
+    lookup(name).is_some_and(|k| k.cachalot_only)
+}
 /// The largest MiB count torch keeps (`SIZE_MAX / 1 MiB`); bigger values are clamped to it.
 pub(crate) const MAX_MB: u64 = u64::MAX / MIB;
 
@@ -454,7 +470,10 @@ impl AllocConf {
     fn torch_value(&self, key: &str) -> Option<String> {
         let some = |b: bool, v: String| b.then_some(v);
         match key {
-            "backend" => some(self.backend != Backend::Native, self.backend.name().into()),
+            "backend" => some(
+                self.backend == Backend::CudaMallocAsync,
+                self.backend.name().into(),
+            ),
             "max_split_size_mb" => some(
                 self.max_split_size != u64::MAX,
                 (self.max_split_size / MIB).to_string(),
@@ -543,6 +562,9 @@ impl AllocConf {
         KEYS.iter()
             .map(|k| {
                 let value = match k.name {
+                    "backend" if self.backend == Backend::Uncached => {
+                        "native (no caching)".to_string()
+                    }
                     "backend" => self.backend.name().to_string(),
                     "max_split_size_mb" => unlimited_mib(self.max_split_size),
                     "max_non_split_rounding_mb" => mib(self.max_non_split_rounding_size),
@@ -630,30 +652,56 @@ mod tests {
         );
     }
 
+    /// The passes of torch 2.15 as read from its sources and the oracle; the parser takes its
+    /// key lists from the table, so the table must say the same.
     #[test]
-    fn keys_table_matches_the_parser() {
-        let mut table: Vec<&str> = KEYS
+    fn keys_table_assigns_torchs_passes() {
+        #[rustfmt::skip]
+        let generic = [
+            "large_segment_size_mb", "max_split_size_mb", "max_non_split_rounding_mb",
+            "garbage_collection_threshold", "roundup_power2_divisions", "expandable_segments",
+            "pinned_use_background_threads", "pinned_max_round_threshold_mb",
+            "pinned_max_cached_size_mb",
+        ];
+        #[rustfmt::skip]
+        let cuda = [
+            "backend", "release_lock_on_cudamalloc", "release_lock_on_hipmalloc",
+            "pinned_use_cuda_host_register", "pinned_use_hip_host_register",
+            "graph_capture_record_stream_reuse", "pinned_reserve_segment_size_mb",
+            "pinned_num_register_threads", "per_process_memory_fraction", "pinned_free_catch_all",
+            "throw_on_cudamalloc_oom", "expandable_segments_reserve",
+            "expandable_segments_reserve_by_class",
+        ];
+        let cachalot = ["expandable_oversize_exempt", "research_after_flush"];
+        let all: Vec<&str> = KEYS
             .iter()
             .flat_map(|k| std::iter::once(k.name).chain(k.aliases.iter().copied()))
             .collect();
-        let mut parser: Vec<&str> = GENERIC_KEYS
-            .iter()
-            .chain(&CUDA_KEYS)
-            .chain(&CACHALOT_KEYS)
-            .copied()
-            .chain([LEGACY_KEY])
-            .collect();
-        table.sort_unstable();
-        parser.sort_unstable();
-        assert_eq!(table, parser);
-        for k in KEYS {
+        for name in &all {
             assert_eq!(
-                (k.cachalot_only, k.legacy),
-                (CACHALOT_KEYS.contains(&k.name), k.name == LEGACY_KEY),
-                "{}",
-                k.name
+                (
+                    is_pass_key(name, Pass::Generic),
+                    is_pass_key(name, Pass::Cuda)
+                ),
+                (generic.contains(name), cuda.contains(name)),
+                "{name}"
             );
+            assert_eq!(is_cachalot_key(name), cachalot.contains(name), "{name}");
         }
+        assert_eq!(all.len(), generic.len() + cuda.len() + cachalot.len() + 1);
+        let legacy: Vec<&str> = KEYS.iter().filter(|k| k.legacy).map(|k| k.name).collect();
+        assert_eq!(legacy, [LEGACY_KEY]);
+        assert_eq!(lookup(LEGACY_KEY).map(|k| k.pass), Some(Pass::Generic));
+        assert!(
+            cachalot
+                .iter()
+                .all(|k| lookup(k).unwrap().pass == Pass::Generic)
+        );
+        assert_eq!(
+            lookup("release_lock_on_hipmalloc").unwrap().name,
+            "release_lock_on_cudamalloc"
+        );
+        assert!(lookup("no_such_key").is_none());
     }
 
     #[test]

@@ -4,34 +4,66 @@
 //! A configuration is parsed once into an immutable [`AllocConf`] that each allocator owns, so
 //! many configurations can run side by side in one process (the advisor does).
 
-mod keys;
-mod parse;
+//!
+//! Files, in the order a string flows through them: [`keys`](KeyDoc) (the key table and
+//! torch's number readers), `tokenizer` (torch's `ConfigTokenizer`), `walker` (one pass's index
+//! arithmetic and bookkeeping), `passes` (torch's load-time scan and its two passes, and the
+//! public parse functions), `environment` (which variables torch reads, the no-caching
+//! variables, and [`resolve`], the one place the process environment becomes a configuration),
+//! `errors` ([`ConfigError`], [`Warning`]).
 
-pub use keys::{KEYS, KeyDoc};
-pub use parse::{
-    ConfigError, EnvSource, Warning, apply_cachalot, from_env, parse_cachalot, parse_pytorch,
+mod environment;
+mod errors;
+mod keys;
+mod passes;
+mod tokenizer;
+mod walker;
+
+pub use environment::{
+    ALLOC_VAR, CACHALOT_VAR, CUDA_VAR, EnvSource, HIP_VAR, NO_CUDA_CACHING_VAR, NO_HIP_CACHING_VAR,
+    Overrides, Settings, from_env,
 };
+pub use errors::{ConfigError, Warning};
+pub use keys::{KEYS, KeyDoc, Pass, lookup};
+pub use passes::{apply_cachalot, parse_cachalot, parse_pytorch};
 
 /// One mebibyte.
 pub const MIB: u64 = 1 << 20;
 
-/// Which allocator implementation serves requests (`backend`).
+/// Which allocator implementation serves requests: the `backend` key, and the no-caching
+/// variables on top of it. The one notion of "backend" in cachalot; the replay, the Rust API
+/// and the C library all dispatch on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Backend {
-    /// PyTorch's caching allocator (the default).
+    /// PyTorch's caching allocator (`backend:native`, the default).
     #[default]
     Native,
-    /// The driver's stream-ordered pool (`cudaMallocAsync`).
+    /// The driver's stream-ordered pool (`backend:cudaMallocAsync`).
     CudaMallocAsync,
+    /// No caching: `cudaMalloc`/`cudaFree` per request (`backend:native` with
+    /// `PYTORCH_NO_CUDA_MEMORY_CACHING=1`). Never parsed from a configuration string: only
+    /// [`Settings::resolve`] sets it.
+    Uncached,
 }
 
 impl Backend {
-    /// The name torch reports (`torch.cuda.get_allocator_backend()`).
+    /// The name torch reports (`torch.cuda.get_allocator_backend()`; without caching it is
+    /// still "native").
     pub fn name(self) -> &'static str {
         match self {
-            Backend::Native => "native",
+            Backend::Native | Backend::Uncached => "native",
             Backend::CudaMallocAsync => "cudaMallocAsync",
         }
+    }
+
+    /// The name torch reports ([`Backend::name`]).
+    pub fn torch_name(self) -> &'static str {
+        self.name()
+    }
+
+    /// Whether this is torch's caching allocator.
+    pub fn caches(self) -> bool {
+        self == Backend::Native
     }
 }
 
@@ -61,7 +93,8 @@ impl ReserveSpec {
 /// A validated allocator configuration. Field defaults are torch 2.15's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AllocConf {
-    /// `backend`.
+    /// `backend`; [`Backend::Uncached`] only from [`Settings::resolve`] (the no-caching
+    /// variables).
     pub backend: Backend,
     /// `max_split_size_mb` in bytes; `u64::MAX` = unlimited (the default). Blocks of at least
     /// this size are "oversize": never split, reused only by requests of at least this size.
@@ -161,3 +194,6 @@ impl Default for AllocConf {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -540,177 +540,6 @@ fn expandable_segments_reserve_by_class() {
     );
 }
 
-fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-    let m: HashMap<String, String> = vars
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    move |k| m.get(k).cloned()
-}
-
-#[test]
-fn environment_precedence() {
-    let (c, _, src) = from_env(env(&[("PYTORCH_ALLOC_CONF", "expandable_segments:True")])).unwrap();
-    assert!(c.expandable_segments);
-    assert_eq!(src.to_string(), "PYTORCH_ALLOC_CONF");
-    let both = [
-        ("PYTORCH_ALLOC_CONF", "expandable_segments:True"),
-        ("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:100"),
-    ];
-    let (c, w, src) = from_env(env(&both)).unwrap();
-    assert_eq!(
-        (c.max_split_size, c.expandable_segments),
-        (100 * MIB, false)
-    );
-    assert_eq!(c.last_allocator_settings, "max_split_size_mb:100");
-    assert_eq!(
-        src.to_string(),
-        "PYTORCH_CUDA_ALLOC_CONF; ignored: PYTORCH_ALLOC_CONF"
-    );
-    assert!(w.iter().any(|w| w.var == "PYTORCH_ALLOC_CONF"));
-    // An empty value counts as set.
-    let (c, _, _) = from_env(env(&[
-        ("PYTORCH_ALLOC_CONF", "bad:1"),
-        ("PYTORCH_CUDA_ALLOC_CONF", ""),
-    ]))
-    .unwrap();
-    assert_eq!(c, AllocConf::default());
-    let e = from_env(env(&[
-        ("PYTORCH_ALLOC_CONF", ""),
-        ("PYTORCH_CUDA_ALLOC_CONF", "bad:1"),
-    ]))
-    .unwrap_err();
-    assert_eq!(
-        (e.var, e.torch_message().as_str()),
-        (
-            "PYTORCH_CUDA_ALLOC_CONF",
-            "Unrecognized key 'bad' in CUDA allocator config."
-        )
-    );
-    let (c, _, src) = from_env(env(&[])).unwrap();
-    assert_eq!(
-        (c, src.to_string()),
-        (
-            AllocConf::default(),
-            "defaults (no allocator variable set)".into()
-        )
-    );
-}
-
-#[test]
-fn hip_variable_feeds_only_the_generic_pass() {
-    let vars = [
-        ("PYTORCH_HIP_ALLOC_CONF", "expandable_segments:True"),
-        (
-            "PYTORCH_ALLOC_CONF",
-            "max_split_size_mb:100,release_lock_on_cudamalloc:True",
-        ),
-    ];
-    let (c, _, src) = from_env(env(&vars)).unwrap();
-    assert!(c.expandable_segments && c.release_lock_on_cudamalloc);
-    assert_eq!(
-        (c.max_split_size, c.last_allocator_settings.as_str()),
-        (u64::MAX, "expandable_segments:True")
-    );
-    assert_eq!(
-        src.to_string(),
-        "PYTORCH_HIP_ALLOC_CONF (generic keys) + PYTORCH_ALLOC_CONF (CUDA keys and backend)"
-    );
-    let (c, _, _) = from_env(env(&[(
-        "PYTORCH_HIP_ALLOC_CONF",
-        "backend:cudaMallocAsync",
-    )]))
-    .unwrap();
-    assert_eq!(c.backend, Backend::Native);
-    let (c, _, _) = from_env(env(&[(
-        "PYTORCH_HIP_ALLOC_CONF",
-        "release_lock_on_cudamalloc:true",
-    )]))
-    .unwrap();
-    assert!(!c.release_lock_on_cudamalloc);
-    let vars = [
-        ("PYTORCH_HIP_ALLOC_CONF", "max_split_size_mb:100"),
-        ("PYTORCH_ALLOC_CONF", "backend:cudaMallocAsync"),
-    ];
-    let (c, _, _) = from_env(env(&vars)).unwrap();
-    assert_eq!(
-        (c.backend, c.max_split_size),
-        (Backend::CudaMallocAsync, 100 * MIB)
-    );
-    let e = from_env(env(&[("PYTORCH_HIP_ALLOC_CONF", "bad:1")])).unwrap_err();
-    assert_eq!(
-        (e.var, e.torch_message().as_str()),
-        (
-            "PYTORCH_HIP_ALLOC_CONF",
-            "Unrecognized key 'bad' in Accelerator allocator config."
-        )
-    );
-    let e = from_env(env(&[(
-        "PYTORCH_HIP_ALLOC_CONF",
-        "roundup_power2_divisions:[",
-    )]))
-    .unwrap_err();
-    assert_eq!(
-        e.torch_message(),
-        "i < tokenizer.size() INTERNAL ASSERT FAILED at \"/__w/pytorch/pytorch/c10/core/AllocatorConfig.cpp\":213, please report a bug to PyTorch. Expected closing bracket ']' in ConfigTokenizer but reached end of config"
-    );
-    assert!(!e.aborts_at_load());
-    let e = from_env(env(&[(
-        "PYTORCH_HIP_ALLOC_CONF",
-        "roundup_power2_divisions:",
-    )]))
-    .unwrap_err();
-    assert_eq!(e.torch_message(), OOB54);
-}
-
-#[test]
-fn cachalot_variable() {
-    let (c, _) = parse_cachalot(
-        "research_after_flush:True,expandable_oversize_exempt:True,max_split_size_mb:64",
-    )
-    .unwrap();
-    assert!(c.cachalot.research_after_flush && c.cachalot.expandable_oversize_exempt);
-    assert_eq!(c.max_split_size, 64 * MIB);
-    assert_eq!(
-        parse_cachalot("research_after_flush:yes").unwrap_err().var,
-        "CACHALOT_ALLOC_CONF"
-    );
-    let vars = [
-        (
-            "PYTORCH_CUDA_ALLOC_CONF",
-            "max_split_size_mb:128,roundup_power2_divisions:4",
-        ),
-        (
-            "CACHALOT_ALLOC_CONF",
-            "research_after_flush:True,garbage_collection_threshold:0.5",
-        ),
-    ];
-    let (c, _, src) = from_env(env(&vars)).unwrap();
-    assert!(c.cachalot.research_after_flush);
-    assert_eq!(
-        (
-            c.max_split_size,
-            c.roundup_power2_divisions,
-            c.garbage_collection_threshold
-        ),
-        (128 * MIB, [4; 16], 0.5)
-    );
-    assert_eq!(
-        c.last_allocator_settings,
-        "max_split_size_mb:128,roundup_power2_divisions:4"
-    );
-    assert_eq!(
-        src.to_string(),
-        "PYTORCH_CUDA_ALLOC_CONF + CACHALOT_ALLOC_CONF"
-    );
-    let e = from_env(env(&[(
-        "PYTORCH_CUDA_ALLOC_CONF",
-        "research_after_flush:True",
-    )]))
-    .unwrap_err();
-    assert!(e.reason.contains("CACHALOT_ALLOC_CONF"));
-}
-
 #[test]
 fn apply_cachalot_changes_only_named_keys() {
     let before = ok("max_split_size_mb:128,expandable_segments:True");
@@ -849,3 +678,14 @@ fn never_panics_and_accepted_strings_round_trip() {
         ]));
     }
 }
+
+/// A stand-in for the process environment.
+fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
+    let m: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| m.get(k).cloned()
+}
+
+mod environment;
