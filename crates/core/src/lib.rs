@@ -31,6 +31,7 @@ pub mod bytesize;
 pub mod config;
 mod expandable;
 mod free;
+mod free_set;
 pub mod history;
 mod invariants;
 mod malloc;

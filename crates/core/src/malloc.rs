@@ -89,10 +89,10 @@ impl<D: Device> State<D> {
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
-        let id = {
+        let (id, slot) = {
             let mut it = pool.at_or_after(p.stream, p.size);
-            let (_, &first) = it.next()?;
-            let mut id = first;
+            let (first_slot, &first) = it.next()?;
+            let (mut id, mut slot) = (first, first_slot);
             if blocks[id].is_expandable() {
                 if expandable_on {
                     // Best fit by the size a block could grow to: prefer a tighter candidate over
@@ -105,38 +105,38 @@ impl<D: Device> State<D> {
                                 _ => 0,
                             }
                     };
-                    for (_, &next) in it {
+                    for (next_slot, &next) in it {
                         if !blocks[id].is_expandable()
                             || expandable_size(next) >= expandable_size(id)
                         {
                             break;
                         }
-                        id = next;
+                        (id, slot) = (next, next_slot);
                     }
                 } else {
                     // Expandable segments were switched off after some were made: only classic
                     // blocks may serve new requests.
                     let mut next = None;
-                    for (_, &n) in it {
+                    for (s, &n) in it {
                         if !blocks[n].is_expandable() {
-                            next = Some(n);
+                            next = Some((n, s));
                             break;
                         }
                     }
                     match next {
-                        Some(n) => id = n,
+                        Some(n) => (id, slot) = n,
                         None => return None,
                     }
                 }
             }
-            id
+            (id, slot)
         };
         let b = &blocks[id];
         if crate::size::refuses_oversize(&self.conf, p.size, b.size, b.is_expandable()) {
             return None;
         }
-        let removed = pool.remove(b);
-        debug_assert!(removed);
+        let removed = pool.remove_at(slot);
+        debug_assert_eq!(removed, id);
         Some(id)
     }
 

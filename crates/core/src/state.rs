@@ -123,8 +123,8 @@ impl<D: Device> State<D> {
     pub fn remove_free(&mut self, id: BlockId) -> bool {
         let b = &self.blocks[id];
         match b.pool {
-            PoolKind::Small => self.small.remove(b),
-            PoolKind::Large => self.large.remove(b),
+            PoolKind::Small => self.small.remove(id, b),
+            PoolKind::Large => self.large.remove(id, b),
         }
     }
 

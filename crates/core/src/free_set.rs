@@ -1,0 +1,700 @@
+//! The free set of one pool: torch 2.15's single set ordered by (stream, size, segment
+//! creation number, address) — `BlockComparatorSizeCounterAddress` — stored so that the
+//! operations the allocator makes on every request cost a few dozen instructions.
+//!
+//! ```text
+//!   FreeSet ── stream id ──► StreamSet (one per stream; a short list, or a hash past 8)
+//!   StreamSet: 976 size classes (exact below 16 bytes, then 16 per power of two), in size order
+//!              bitmap of non-empty classes (16 words + a summary word) to skip empty ones
+//!   class:     sorted chunks of at most 64 entries (one chunk for the usual few entries;
+//!              a two-level sorted list, cheap to keep sorted when a class holds thousands)
+//!   entry:     (size, segment creation number, address, block id), 24 bytes
+//! ```
+//!
+//! Classes partition sizes in increasing order, so walking the classes in order and each
+//! class's sorted entries in order walks the whole stream in torch's order: a search returns
+//! the same block torch's `lower_bound` does. A search yields a [`Slot`], and removing at a
+//! slot needs no second search.
+
+use rustc_hash::FxHashMap;
+
+use crate::block::BlockId;
+
+/// Free-set key within one stream: (size, segment creation number, address).
+pub(crate) type SizeKey = (u64, u32, u64);
+
+/// Entries per chunk before it splits in two (8 in unit tests, so that they split and merge
+/// chunks often).
+const CHUNK: usize = if cfg!(test) { 8 } else { 64 };
+/// A chunk this short after a removal merges with its successor if both fit in one.
+const CHUNK_LOW: usize = CHUNK / 4;
+/// Number of size classes: 16 exact classes, then 16 per power of two from 16 to 2^63.
+const CLASSES: usize = 976;
+/// Words in the class bitmap.
+const WORDS: usize = CLASSES.div_ceil(64);
+/// A stream set holds up to this many entries in one sorted vector, then moves them into
+/// size classes ... (fewer in unit tests, so that sets change form often)
+const FLAT_MAX: usize = if cfg!(test) { 6 } else { 16 };
+/// ... and back into one vector when it falls to this many.
+const FLAT_MIN: usize = if cfg!(test) { 2 } else { 4 };
+/// The class number positions in the flat vector carry.
+const FLAT: usize = CLASSES;
+/// Streams kept in a short list before an index by hash is built.
+const LINEAR_STREAMS: usize = 8;
+
+/// The size class of `size`: sizes below 16 have their own class; above, each power of two
+/// is cut in 16 equal parts. Monotonic in `size`.
+#[inline]
+fn class_of(size: u64) -> usize {
+    if size < 16 {
+        return size as usize;
+    }
+    let e = 63 - size.leading_zeros() as usize; // ≥ 4
+    let sub = ((size >> (e - 4)) & 15) as usize;
+    (e - 3) * 16 + sub
+}
+
+/// One free block as the set stores it.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    size: u64,
+    ptr: u64,
+    segment_id: u32,
+    id: BlockId,
+}
+
+impl Entry {
+    #[inline]
+    fn key(&self) -> SizeKey {
+        (self.size, self.segment_id, self.ptr)
+    }
+}
+
+/// Where an entry lies in its [`FreeSet`], as returned by a search; valid until the set
+/// changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Slot {
+    set: u32,
+    class: u16,
+    chunk: u32,
+    index: u32,
+}
+
+/// The sorted chunks of one size class. Holds one empty chunk when the class is empty (so a
+/// class that keeps emptying and refilling does not allocate).
+#[derive(Debug, Default, Clone)]
+struct Class {
+    chunks: Vec<Vec<Entry>>,
+}
+
+/// The position of the first entry not less than `key` in a class: (chunk, index); the
+/// index may be one past the end of the last chunk.
+#[inline]
+fn lower_bound(chunks: &[Vec<Entry>], key: SizeKey) -> (usize, usize) {
+    let mut ci = 0;
+    if chunks.len() > 1 {
+        ci = chunks.partition_point(|ch| ch.last().is_some_and(|e| e.key() < key));
+        if ci == chunks.len() {
+            ci -= 1;
+        }
+    }
+    let chunk = &chunks[ci];
+    (ci, chunk.partition_point(|e| e.key() < key))
+}
+
+/// The free blocks of one stream: few of them in one sorted vector (`flat`), more in size
+/// classes.
+#[derive(Debug, Clone)]
+struct StreamSet {
+    /// Whether the entries are in `flat` (the classes are then all empty).
+    is_flat: bool,
+    flat: Vec<Entry>,
+    /// Entries in the classes.
+    classed: usize,
+    /// Bit `c` set iff class `c` holds an entry.
+    bitmap: [u64; WORDS],
+    /// Bit `w` set iff `bitmap[w]` is non-zero.
+    summary: u32,
+    /// Classes by number, grown up to the largest class used.
+    classes: Vec<Class>,
+}
+
+impl StreamSet {
+    fn new() -> Self {
+        StreamSet {
+            is_flat: true,
+            flat: Vec::new(),
+            classed: 0,
+            bitmap: [0; WORDS],
+            summary: 0,
+            classes: Vec::new(),
+        }
+    }
+
+    /// The sorted chunks of class `c` (the flat vector for [`FLAT`]).
+    #[inline]
+    fn chunks(&self, c: usize) -> &[Vec<Entry>] {
+        if c == FLAT {
+            std::slice::from_ref(&self.flat)
+        } else {
+            &self.classes[c].chunks
+        }
+    }
+
+    #[inline]
+    fn mark(&mut self, c: usize) {
+        self.bitmap[c / 64] |= 1 << (c % 64);
+        self.summary |= 1 << (c / 64);
+    }
+
+    #[inline]
+    fn unmark(&mut self, c: usize) {
+        let w = c / 64;
+        self.bitmap[w] &= !(1 << (c % 64));
+        if self.bitmap[w] == 0 {
+            self.summary &= !(1 << w);
+        }
+    }
+
+    #[inline]
+    fn is_marked(&self, c: usize) -> bool {
+        self.bitmap[c / 64] & (1 << (c % 64)) != 0
+    }
+
+    /// The first non-empty class at or after `c`.
+    #[inline]
+    fn next_class(&self, c: usize) -> Option<usize> {
+        if c >= CLASSES {
+            return None;
+        }
+        let w = c / 64;
+        let bits = self.bitmap[w] & (!0u64 << (c % 64));
+        if bits != 0 {
+            return Some(w * 64 + bits.trailing_zeros() as usize);
+        }
+        let words = self.summary & (!0u32 << (w + 1));
+        if words == 0 {
+            return None;
+        }
+        let w = words.trailing_zeros() as usize;
+        Some(w * 64 + self.bitmap[w].trailing_zeros() as usize)
+    }
+
+    /// The last non-empty class at or before `c`.
+    #[inline]
+    fn prev_class(&self, c: usize) -> Option<usize> {
+        let w = c / 64;
+        let bits = self.bitmap[w] & (!0u64 >> (63 - c % 64));
+        if bits != 0 {
+            return Some(w * 64 + 63 - bits.leading_zeros() as usize);
+        }
+        let words = self.summary & ((1u32 << w) - 1);
+        if words == 0 {
+            return None;
+        }
+        let w = 31 - words.leading_zeros() as usize;
+        Some(w * 64 + 63 - self.bitmap[w].leading_zeros() as usize)
+    }
+
+    fn insert(&mut self, e: Entry) {
+        if self.is_flat {
+            let key = e.key();
+            let i = self.flat.partition_point(|x| x.key() < key);
+            debug_assert!(
+                self.flat.get(i).is_none_or(|x| x.key() != key),
+                "block already in the free set"
+            );
+            self.flat.insert(i, e);
+            if self.flat.len() > FLAT_MAX {
+                self.is_flat = false;
+                let mut flat = std::mem::take(&mut self.flat);
+                for e in flat.drain(..) {
+                    self.insert_classed(e);
+                }
+                self.flat = flat;
+            }
+        } else {
+            self.insert_classed(e);
+        }
+    }
+
+    fn insert_classed(&mut self, e: Entry) {
+        let c = class_of(e.size);
+        if c >= self.classes.len() {
+            self.classes.resize_with(c + 1, Class::default);
+        }
+        let class = &mut self.classes[c];
+        if class.chunks.is_empty() {
+            class.chunks.push(Vec::with_capacity(4));
+        }
+        let key = e.key();
+        let (ci, i) = lower_bound(&class.chunks, key);
+        let chunk = &mut class.chunks[ci];
+        debug_assert!(
+            chunk.get(i).is_none_or(|x| x.key() != key),
+            "block already in the free set"
+        );
+        chunk.insert(i, e);
+        if chunk.len() > CHUNK {
+            let upper = chunk.split_off(CHUNK / 2);
+            class.chunks.insert(ci + 1, upper);
+        }
+        self.classed += 1;
+        self.mark(c);
+    }
+
+    /// Removes the entry at (class, chunk, index).
+    fn remove_at(&mut self, c: usize, ci: usize, i: usize) -> Entry {
+        if c == FLAT {
+            return self.flat.remove(i);
+        }
+        let e = self.remove_classed(c, ci, i);
+        if self.classed <= FLAT_MIN {
+            // Back into one vector, in order; each class keeps one empty chunk.
+            while let Some(c) = self.next_class(0) {
+                self.unmark(c);
+                let chunks = &mut self.classes[c].chunks;
+                for ch in chunks.iter() {
+                    self.flat.extend_from_slice(ch);
+                }
+                chunks.truncate(1);
+                chunks[0].clear();
+            }
+            self.classed = 0;
+            self.is_flat = true;
+        }
+        e
+    }
+
+    fn remove_classed(&mut self, c: usize, ci: usize, i: usize) -> Entry {
+        let chunks = &mut self.classes[c].chunks;
+        let e = chunks[ci].remove(i);
+        let n = chunks[ci].len();
+        if n == 0 {
+            if chunks.len() > 1 {
+                chunks.remove(ci);
+            } else {
+                self.unmark(c);
+            }
+        } else if n < CHUNK_LOW && ci + 1 < chunks.len() && n + chunks[ci + 1].len() <= CHUNK {
+            let next = chunks.remove(ci + 1);
+            chunks[ci].extend_from_slice(&next);
+        }
+        self.classed -= 1;
+        e
+    }
+
+    /// Removes the entry with `key` and block `id`; returns whether it was there.
+    fn remove(&mut self, key: SizeKey, id: BlockId) -> bool {
+        let c = if self.is_flat { FLAT } else { class_of(key.0) };
+        if c != FLAT && !self.is_marked(c) {
+            return false;
+        }
+        let (ci, i) = lower_bound(self.chunks(c), key);
+        match self.chunks(c)[ci].get(i) {
+            Some(e) if e.key() == key && e.id == id => {
+                self.remove_at(c, ci, i);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The position of the first entry of at least `size` bytes, if any.
+    #[inline]
+    fn first_at_or_after(&self, size: u64) -> Option<(usize, usize, usize)> {
+        if self.is_flat {
+            let i = self.flat.partition_point(|e| e.size < size);
+            return (i < self.flat.len()).then_some((FLAT, 0, i));
+        }
+        let c = class_of(size);
+        if self.is_marked(c) {
+            let chunks = &self.classes[c].chunks;
+            let (ci, i) = lower_bound(chunks, (size, 0, 0));
+            if i < chunks[ci].len() {
+                return Some((c, ci, i));
+            }
+        }
+        self.next_class(c + 1).map(|c| (c, 0, 0))
+    }
+
+    /// The position just after the last entry of fewer than `size` bytes: (class, chunk,
+    /// index) where the index counts the entries before it in that chunk.
+    fn end_before(&self, size: u64) -> Option<(usize, usize, usize)> {
+        if self.is_flat {
+            let i = self.flat.partition_point(|e| e.size < size);
+            return (i > 0).then_some((FLAT, 0, i));
+        }
+        let c = class_of(size);
+        if self.is_marked(c) {
+            let chunks = &self.classes[c].chunks;
+            let (ci, i) = lower_bound(chunks, (size, 0, 0));
+            if i > 0 || ci > 0 {
+                return Some((c, ci, i));
+            }
+        }
+        let c = self.prev_class(c.checked_sub(1)?)?;
+        let chunks = &self.classes[c].chunks;
+        Some((c, chunks.len() - 1, chunks[chunks.len() - 1].len()))
+    }
+}
+
+/// Every free block of one pool, in torch's order.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct FreeSet {
+    /// Stream ids, parallel to `sets`, in order of first use.
+    streams: Vec<u64>,
+    sets: Vec<StreamSet>,
+    /// Index into `sets` by stream id, once there are more than [`LINEAR_STREAMS`].
+    index: FxHashMap<u64, u32>,
+    /// Indices into `sets`, by increasing stream id (torch's outermost key).
+    order: Vec<u32>,
+}
+
+impl FreeSet {
+    /// The set of `stream`, if it has had a free block.
+    #[inline]
+    fn find(&self, stream: u64) -> Option<u32> {
+        if self.streams.len() <= LINEAR_STREAMS {
+            self.streams
+                .iter()
+                .position(|&s| s == stream)
+                .map(|i| i as u32)
+        } else {
+            self.index.get(&stream).copied()
+        }
+    }
+
+    fn find_or_add(&mut self, stream: u64) -> u32 {
+        if let Some(i) = self.find(stream) {
+            return i;
+        }
+        let i = self.sets.len() as u32;
+        self.streams.push(stream);
+        self.sets.push(StreamSet::new());
+        if self.streams.len() > LINEAR_STREAMS {
+            if self.index.is_empty() {
+                self.index
+                    .extend(self.streams.iter().enumerate().map(|(i, &s)| (s, i as u32)));
+            } else {
+                self.index.insert(stream, i);
+            }
+        }
+        let at = self
+            .order
+            .partition_point(|&j| self.streams[j as usize] < stream);
+        self.order.insert(at, i);
+        i
+    }
+
+    /// Adds a free block.
+    #[inline]
+    pub fn insert(&mut self, stream: u64, key: SizeKey, id: BlockId) {
+        let s = self.find_or_add(stream);
+        self.sets[s as usize].insert(Entry {
+            size: key.0,
+            segment_id: key.1,
+            ptr: key.2,
+            id,
+        });
+    }
+
+    /// Removes the block `id` stored under `key`; returns whether it was there.
+    #[inline]
+    pub fn remove(&mut self, stream: u64, key: SizeKey, id: BlockId) -> bool {
+        match self.find(stream) {
+            Some(s) => self.sets[s as usize].remove(key, id),
+            None => false,
+        }
+    }
+
+    /// Removes the block a search found at `slot` (the set unchanged since); returns its id.
+    #[inline]
+    pub fn remove_at(&mut self, slot: Slot) -> BlockId {
+        self.sets[slot.set as usize]
+            .remove_at(
+                slot.class as usize,
+                slot.chunk as usize,
+                slot.index as usize,
+            )
+            .id
+    }
+
+    /// The free blocks of `stream` of at least `size` bytes, best fit first (torch's
+    /// `lower_bound` on (stream, size), limited to the stream).
+    #[inline]
+    pub fn at_or_after(&self, stream: u64, size: u64) -> Forward<'_> {
+        let found = self.find(stream).and_then(|s| {
+            let set = &self.sets[s as usize];
+            set.first_at_or_after(size).map(|pos| (s, set, pos))
+        });
+        match found {
+            Some((s, set, (c, ci, i))) => Forward {
+                set: Some(set),
+                s,
+                c,
+                ci,
+                i,
+            },
+            None => Forward {
+                set: None,
+                s: 0,
+                c: 0,
+                ci: 0,
+                i: 0,
+            },
+        }
+    }
+
+    /// The free blocks of `stream` smaller than `size` bytes, largest first.
+    pub fn before(&self, stream: u64, size: u64) -> Backward<'_> {
+        let found = self.find(stream).and_then(|s| {
+            let set = &self.sets[s as usize];
+            set.end_before(size).map(|pos| (set, pos))
+        });
+        match found {
+            Some((set, (c, ci, i))) => Backward {
+                set: Some(set),
+                c,
+                ci,
+                i,
+            },
+            None => Backward {
+                set: None,
+                c: 0,
+                ci: 0,
+                i: 0,
+            },
+        }
+    }
+
+    /// Every entry in torch's order: by stream id, then best fit.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, SizeKey, BlockId)> + '_ {
+        self.order.iter().flat_map(move |&s| {
+            let stream = self.streams[s as usize];
+            let set = &self.sets[s as usize];
+            // One of the two is empty.
+            set.flat
+                .iter()
+                .chain(set.classes.iter().flat_map(|c| c.chunks.iter().flatten()))
+                .map(move |e| (stream, e.key(), e.id))
+        })
+    }
+}
+
+/// Walks one stream's free blocks upward from a search position.
+pub(crate) struct Forward<'a> {
+    set: Option<&'a StreamSet>,
+    s: u32,
+    c: usize,
+    ci: usize,
+    i: usize,
+}
+
+impl<'a> Iterator for Forward<'a> {
+    type Item = (Slot, &'a BlockId);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        let set = self.set?;
+        loop {
+            let chunks = set.chunks(self.c);
+            if let Some(e) = chunks[self.ci].get(self.i) {
+                let slot = Slot {
+                    set: self.s,
+                    class: self.c as u16,
+                    chunk: self.ci as u32,
+                    index: self.i as u32,
+                };
+                self.i += 1;
+                return Some((slot, &e.id));
+            }
+            if self.ci + 1 < chunks.len() {
+                self.ci += 1;
+                self.i = 0;
+                continue;
+            }
+            match set.next_class(self.c + 1) {
+                Some(c) => {
+                    self.c = c;
+                    self.ci = 0;
+                    self.i = 0;
+                }
+                None => {
+                    self.set = None;
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// Walks one stream's free blocks downward from a search position.
+pub(crate) struct Backward<'a> {
+    set: Option<&'a StreamSet>,
+    c: usize,
+    ci: usize,
+    /// Entries of chunk `ci` still to yield, counted from its start.
+    i: usize,
+}
+
+impl<'a> Iterator for Backward<'a> {
+    type Item = (SizeKey, &'a BlockId);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let set = self.set?;
+        loop {
+            let chunks = set.chunks(self.c);
+            if self.i > 0 {
+                self.i -= 1;
+                let e = &chunks[self.ci][self.i];
+                return Some((e.key(), &e.id));
+            }
+            if self.ci > 0 {
+                self.ci -= 1;
+                self.i = chunks[self.ci].len();
+                continue;
+            }
+            match self.c.checked_sub(1).and_then(|c| set.prev_class(c)) {
+                Some(c) => {
+                    let chunks = &set.classes[c].chunks;
+                    self.c = c;
+                    self.ci = chunks.len() - 1;
+                    self.i = chunks[self.ci].len();
+                }
+                None => {
+                    self.set = None;
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The reference: torch's one ordered set.
+    type Model = BTreeMap<(u64, SizeKey), BlockId>;
+
+    fn forward(set: &FreeSet, stream: u64, size: u64) -> Vec<BlockId> {
+        set.at_or_after(stream, size).map(|(_, &id)| id).collect()
+    }
+
+    fn model_forward(m: &Model, stream: u64, size: u64) -> Vec<BlockId> {
+        m.range((stream, (size, 0, 0))..(stream + 1, (0, 0, 0)))
+            .map(|(_, &id)| id)
+            .collect()
+    }
+
+    fn model_backward(m: &Model, stream: u64, size: u64) -> Vec<BlockId> {
+        m.range((stream, (0, 0, 0))..(stream, (size, 0, 0)))
+            .rev()
+            .map(|(_, &id)| id)
+            .collect()
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert { stream: u64, size: u64, seg: u32 },
+        Remove { pick: usize },
+        TakeFirst { stream: u64, size: u64 },
+        Query { stream: u64, size: u64 },
+    }
+
+    /// Sizes that crowd a few classes (chunks split and merge) and spread over many.
+    fn size() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            (0u64..40).prop_map(|k| (1 << 20) + k * 512),
+            (1u64..2048).prop_map(|k| k * 512),
+            0u64..64,
+            any::<u64>(),
+        ]
+    }
+
+    /// Mostly a few streams (classes fill up), sometimes many (the index by hash).
+    fn stream() -> impl Strategy<Value = u64> {
+        prop_oneof![4 => 0u64..3, 1 => 0u64..40]
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (stream(), size(), 0u32..4)
+                .prop_map(|(stream, size, seg)| Op::Insert { stream, size, seg }),
+            3 => any::<usize>().prop_map(|pick| Op::Remove { pick }),
+            2 => (stream(), size()).prop_map(|(stream, size)| Op::TakeFirst { stream, size }),
+            1 => (stream(), size()).prop_map(|(stream, size)| Op::Query { stream, size }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Every search, walk and removal agrees with one ordered map of
+        /// (stream, size, counter, address).
+        #[test]
+        fn same_order_as_one_ordered_set(ops in proptest::collection::vec(op(), 1..1500)) {
+            let mut set = FreeSet::default();
+            let mut model = Model::new();
+            let mut next_id = 0u32;
+            let mut next_ptr = 0u64;
+            for op in ops {
+                match op {
+                    Op::Insert { stream, size, seg } => {
+                        next_ptr += 512;
+                        let key = (size, seg, next_ptr ^ 0x5555_0000);
+                        let id = BlockId(next_id);
+                        next_id += 1;
+                        set.insert(stream, key, id);
+                        model.insert((stream, key), id);
+                    }
+                    Op::Remove { pick } => {
+                        if model.is_empty() {
+                            continue;
+                        }
+                        let (&(stream, key), &id) = model.iter().nth(pick % model.len()).unwrap();
+                        prop_assert!(set.remove(stream, key, id));
+                        prop_assert!(!set.remove(stream, key, id));
+                        model.remove(&(stream, key));
+                    }
+                    Op::TakeFirst { stream, size } => {
+                        let first = set.at_or_after(stream, size).next().map(|(s, &id)| (s, id));
+                        let want = model_forward(&model, stream, size).first().copied();
+                        prop_assert_eq!(first.map(|f| f.1), want);
+                        if let Some((slot, id)) = first {
+                            prop_assert_eq!(set.remove_at(slot), id);
+                            model.retain(|_, v| *v != id);
+                        }
+                    }
+                    Op::Query { stream, size } => {
+                        prop_assert_eq!(forward(&set, stream, size), model_forward(&model, stream, size));
+                        let back: Vec<BlockId> = set.before(stream, size).map(|(_, &id)| id).collect();
+                        prop_assert_eq!(back, model_backward(&model, stream, size));
+                    }
+                }
+            }
+            let all: Vec<_> = set.entries().collect();
+            let want: Vec<_> = model.iter().map(|(&(s, k), &id)| (s, k, id)).collect();
+            prop_assert_eq!(all, want);
+        }
+    }
+
+    #[test]
+    fn classes_increase_with_size() {
+        let mut sizes: Vec<u64> = (0..5000).collect();
+        sizes.extend((12..64).flat_map(|e| [(1u64 << e) - 1, 1 << e, (1 << e) + 1]));
+        sizes.push(u64::MAX);
+        sizes.sort_unstable();
+        for w in sizes.windows(2) {
+            assert!(class_of(w[0]) <= class_of(w[1]), "{} then {}", w[0], w[1]);
+        }
+        assert_eq!(class_of(15), 15);
+        assert_eq!(class_of(16), 16);
+        assert_eq!(class_of(u64::MAX), CLASSES - 1);
+    }
+}
