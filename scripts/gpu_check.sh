@@ -57,10 +57,10 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
         print(m["executable"])') || exit 1
-  cp target/release/libcachalot.so "$DEST/"
+  cp target/release/libcachalot_capi.so "$DEST/"
   cp target/release/examples/training_loop "$DEST/"
   cp "$tests_bin" "$DEST/cuda-gpu-tests"
-  command -v strip >/dev/null && strip --strip-debug "$DEST"/libcachalot.so "$DEST"/training_loop "$DEST"/cuda-gpu-tests
+  command -v strip >/dev/null && strip --strip-debug "$DEST"/libcachalot_capi.so "$DEST"/training_loop "$DEST"/cuda-gpu-tests
   say "bundle ready in $DEST:"; ls -l "$DEST"
   exit 0
 fi
@@ -114,12 +114,12 @@ fi
 
 # --- binaries -------------------------------------------------------------------------------
 LIB="" ; EXAMPLE="" ; TESTS=""
-if [[ -f "$BUNDLE/libcachalot.so" && -x "$BUNDLE/training_loop" && -x "$BUNDLE/cuda-gpu-tests" ]]; then
-  LIB="$BUNDLE/libcachalot.so"; EXAMPLE="$BUNDLE/training_loop"; TESTS="$BUNDLE/cuda-gpu-tests"
+if [[ -f "$BUNDLE/libcachalot_capi.so" && -x "$BUNDLE/training_loop" && -x "$BUNDLE/cuda-gpu-tests" ]]; then
+  LIB="$BUNDLE/libcachalot_capi.so"; EXAMPLE="$BUNDLE/training_loop"; TESTS="$BUNDLE/cuda-gpu-tests"
   note "binaries: prebuilt bundle $BUNDLE"
 elif command -v cargo >/dev/null; then
   if run build 240 bash -c "cd '$ROOT' && cargo build --release -p cachalot-capi && cargo build --release -p cachalot --example training_loop"; then
-    LIB="$ROOT/target/release/libcachalot.so"; EXAMPLE="$ROOT/target/release/examples/training_loop"
+    LIB="$ROOT/target/release/libcachalot_capi.so"; EXAMPLE="$ROOT/target/release/examples/training_loop"
     note "binaries: built with cargo"
   else
     fail "cargo build (see $OUT/build.log)"

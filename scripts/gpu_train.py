@@ -3,7 +3,7 @@
 library, reporting what the allocator did. Used by scripts/gpu_check.sh, which runs it once per
 allocator under the same PYTORCH_CUDA_ALLOC_CONF.
 
-usage: gpu_train.py --allocator torch|cachalot [--lib libcachalot.so] [--steps N] [--json OUT]
+usage: gpu_train.py --allocator torch|cachalot [--lib libcachalot_capi.so] [--steps N] [--json OUT]
 
 The model is a small Transformer encoder trained with AdamW on batches whose sequence length
 varies every step (so the allocator sees many sizes, as in real training). Each run is a fresh
@@ -33,7 +33,7 @@ import time
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--allocator", choices=["torch", "cachalot"], required=True)
-    ap.add_argument("--lib", help="libcachalot.so (for --allocator cachalot)")
+    ap.add_argument("--lib", help="libcachalot_capi.so (for --allocator cachalot)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--json", help="also write the result here")
@@ -72,7 +72,7 @@ def main():
     lib = None
     if args.allocator == "cachalot":
         if not args.lib or not os.path.exists(args.lib):
-            sys.exit(f"--lib {args.lib}: libcachalot.so not found")
+            sys.exit(f"--lib {args.lib}: libcachalot_capi.so not found")
         lib = install_cachalot(torch, os.path.abspath(args.lib))
     if not torch.cuda.is_available():
         sys.exit("torch.cuda.is_available() is False: no GPU for this run")

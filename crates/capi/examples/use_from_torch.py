@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Use cachalot as PyTorch's CUDA allocator, and read its statistics.
 
-    cargo build --release -p cachalot-capi          # builds target/release/libcachalot.so
-    python3 crates/capi/examples/use_from_torch.py [path/to/libcachalot.so]
+    cargo build --release -p cachalot-capi          # builds target/release/libcachalot_capi.so
+    python3 crates/capi/examples/use_from_torch.py [path/to/libcachalot_capi.so]
 
 The three lines that switch PyTorch to cachalot (before anything is allocated on the GPU):
 
     import torch
-    alloc = torch.cuda.memory.CUDAPluggableAllocator("libcachalot.so", "cachalot_malloc", "cachalot_free")
+    alloc = torch.cuda.memory.CUDAPluggableAllocator("libcachalot_capi.so", "cachalot_malloc", "cachalot_free")
     torch.cuda.memory.change_current_allocator(alloc)
 
 cachalot then reads PYTORCH_CUDA_ALLOC_CONF (and CACHALOT_ALLOC_CONF) exactly as torch 2.15
@@ -25,7 +25,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_LIB = os.path.join(HERE, "..", "..", "..", "target", "release", "libcachalot.so")
+DEFAULT_LIB = os.path.join(HERE, "..", "..", "..", "target", "release", "libcachalot_capi.so")
 
 
 def load(path):

@@ -3,7 +3,7 @@
  * library PyTorch loads through torch.cuda.memory.CUDAPluggableAllocator.
  *
  *   alloc = torch.cuda.memory.CUDAPluggableAllocator(
- *       "libcachalot.so", "cachalot_malloc", "cachalot_free")
+ *       "libcachalot_capi.so", "cachalot_malloc", "cachalot_free")
  *   torch.cuda.memory.change_current_allocator(alloc)   # before any CUDA allocation
  *
  * Environment (read once, at the first call):

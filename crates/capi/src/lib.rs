@@ -1,8 +1,10 @@
-//! `libcachalot.so`: cachalot as PyTorch's CUDA allocator.
+//! cachalot as PyTorch's CUDA allocator: the C functions `torch.cuda.memory.CUDAPluggableAllocator`
+//! loads, exported by `libcachalot_capi.so` and by the Python package's native module
+//! (`cachalot._native`, which links this crate; `cachalot.torch.use()` sets it up).
 //!
 //! ```python
 //! import torch
-//! alloc = torch.cuda.memory.CUDAPluggableAllocator("libcachalot.so", "cachalot_malloc", "cachalot_free")
+//! alloc = torch.cuda.memory.CUDAPluggableAllocator("libcachalot_capi.so", "cachalot_malloc", "cachalot_free")
 //! torch.cuda.memory.change_current_allocator(alloc)   # before any CUDA allocation
 //! ```
 //!
@@ -12,106 +14,82 @@
 //! cannot give: torch's `memory_stats` as JSON, `memory_summary`, and a snapshot pickle for
 //! `https://pytorch.org/memory_viz`.
 //!
-//! Every entry point catches panics (none crosses into C); failures are reported on stderr and
-//! through [`cachalot_last_error`], never by aborting. A free of a pointer the library did not
+//! Every entry point catches panics (none crosses into C) and reports failures on stderr (best
+//! effort: a closed or full stderr loses only the message) and through [`cachalot_last_error`],
+//! never by aborting, also on a thread that is exiting (see `report`). Inside PyTorch a failed
+//! [`cachalot_malloc`] throws torch's own exception instead of returning NULL (see `host`). A free of a pointer the library did not
 //! hand out is reported and counted ([`cachalot_unknown_frees`]), not fatal. Configuration,
 //! device choice and sizes come from the environment (see the `state` module).
 
 // This crate and `cachalot-cuda` are the only places cachalot touches C. Here the `unsafe` is
-// the `extern "C"` ABI itself and reading the C string of `cachalot_dump_snapshot`; each use
-// says why it is sound.
+// the `extern "C"` ABI itself, the C++ shim that throws torch's exceptions, and reading the C
+// string of `cachalot_dump_snapshot`; each use says why it is sound.
 #![allow(unsafe_code)]
 
+mod host;
+mod report;
 mod state;
 
-use std::cell::RefCell;
-use std::ffi::{CStr, CString, c_char, c_double, c_int, c_void};
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ffi::{CStr, c_char, c_double, c_int, c_void};
 use std::sync::atomic::Ordering;
 
 use cachalot::{StreamId, stats};
+use report::{fail, guard, returned, set_error};
 use state::{Alloc, Global};
-
-thread_local! {
-    /// The last error on this thread, and the last string returned to this thread.
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-    static RETURNED: RefCell<CString> = RefCell::new(CString::default());
-}
-
-fn to_cstring(s: String) -> CString {
-    CString::new(s.replace('\0', " ")).expect("NULs were replaced")
-}
-
-fn set_error(msg: impl Into<String>) {
-    let msg = msg.into();
-    LAST_ERROR.with(|e| *e.borrow_mut() = to_cstring(msg));
-}
-
-/// Keeps `s` alive for the caller until this thread's next string-returning call.
-fn returned(s: String) -> *const c_char {
-    RETURNED.with(|r| {
-        *r.borrow_mut() = to_cstring(s);
-        r.borrow().as_ptr()
-    })
-}
-
-/// Runs an entry point: a panic becomes a reported error and `fallback`, never an unwind
-/// into C.
-fn guard<T>(name: &str, fallback: T, f: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        let why = p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "unknown panic".into());
-        let msg = format!("internal error in {name}: {why}");
-        eprintln!("cachalot: {msg}");
-        set_error(msg);
-        fallback
-    })
-}
-
-/// Reports `msg` on stderr and as the last error.
-fn fail(msg: String) {
-    eprintln!("cachalot: {msg}");
-    set_error(msg);
-}
 
 /// The allocator of a device. Start-up and device-opening failures are printed once where
 /// they happen; here they only become this thread's last error. A bad index is printed.
 fn device(index: c_int) -> Option<&'static Alloc> {
-    let g = Global::get().map_err(set_error).ok()?;
+    let g = Global::get().map_err(|e| set_error(&e)).ok()?;
     if !(0..state::MAX_DEVICES as c_int).contains(&index) {
-        fail(format!(
+        fail(&format!(
             "device index {index} out of range 0..{}",
             state::MAX_DEVICES
         ));
         return None;
     }
-    g.device(index).map_err(set_error).ok()
+    g.device(index).map_err(|e| set_error(&e)).ok()
 }
 
 fn stream(s: *mut c_void) -> StreamId {
     StreamId(s as usize as u64)
 }
 
-/// Allocates `size` bytes on `device` for use on `stream` (`cudaStream_t`). Returns NULL for
-/// size 0 and on failure (the reason, e.g. torch's out-of-memory message, goes to stderr and
-/// [`cachalot_last_error`]).
+/// Allocates `size` bytes on `device` for use on `stream` (`cudaStream_t`). Size 0 gives
+/// NULL. On failure (out of memory: torch's message; a device that cannot be opened: why),
+/// inside PyTorch it throws `c10::OutOfMemoryError` / `c10::Error`, which torch raises as
+/// `torch.OutOfMemoryError` / `RuntimeError`; elsewhere it returns NULL. The reason is always
+/// in [`cachalot_last_error`]; an OOM's text is printed only where it is not raised.
 #[unsafe(no_mangle)]
-pub extern "C" fn cachalot_malloc(size: usize, device_index: c_int, s: *mut c_void) -> *mut c_void {
-    guard("cachalot_malloc", std::ptr::null_mut(), || {
-        let Some(a) = device(device_index) else {
-            return std::ptr::null_mut();
-        };
-        match a.malloc(size as u64, stream(s)) {
-            Ok(p) => p as usize as *mut c_void,
-            Err(e) => {
-                fail(e.to_string());
-                std::ptr::null_mut()
+pub extern "C-unwind" fn cachalot_malloc(
+    size: usize,
+    device_index: c_int,
+    s: *mut c_void,
+) -> *mut c_void {
+    let result = guard("cachalot_malloc", Err((false, String::new())), || {
+        // A device that could not be opened was reported once, when first asked for.
+        let a = device(device_index).ok_or_else(|| (false, String::new()))?;
+        a.malloc(size as u64, stream(s))
+            .map(|p| p as usize as *mut c_void)
+            .map_err(|e| (e.is_out_of_memory(), e.to_string()))
+    });
+    match result {
+        Ok(p) => p,
+        Err((oom, msg)) if host::can_throw() => {
+            if !msg.is_empty() {
+                set_error(&msg);
             }
+            // Outside `guard`: the C++ exception must not meet `catch_unwind`.
+            let text = report::last_error_text();
+            host::throw(oom, &text)
         }
-    })
+        Err((_, msg)) => {
+            if !msg.is_empty() {
+                fail(&msg);
+            }
+            std::ptr::null_mut()
+        }
+    }
 }
 
 /// Frees `ptr` (from [`cachalot_malloc`] on `device`). `size` and `stream` are what torch
@@ -131,7 +109,7 @@ pub extern "C" fn cachalot_free(
         }
         let g = match Global::get() {
             Ok(g) => g,
-            Err(e) => return set_error(e),
+            Err(e) => return set_error(&e),
         };
         match g.device(device_index) {
             Ok(a) => match a.free(p) {
@@ -139,7 +117,7 @@ pub extern "C" fn cachalot_free(
                 Err(e) if e.is_invalid_pointer() => {
                     g.report_unknown_free(p, device_index, "not an allocation of this library")
                 }
-                Err(e) => fail(format!(
+                Err(e) => fail(&format!(
                     "freeing {p:#x} on device {device_index} failed: {e}"
                 )),
             },
@@ -159,7 +137,7 @@ pub extern "C" fn cachalot_init(device_count: c_int) {
         Ok(g) => g
             .init_device_count
             .store(device_count.max(0) as u64, Ordering::Relaxed),
-        Err(e) => set_error(e),
+        Err(e) => set_error(&e),
     })
 }
 
@@ -171,7 +149,7 @@ pub extern "C" fn cachalot_reset() {
         let Ok(g) = Global::get() else { return };
         for (i, a) in g.opened() {
             if let Err(e) = a.empty_cache() {
-                fail(format!("empty_cache on device {i}: {e}"));
+                fail(&format!("empty_cache on device {i}: {e}"));
             }
         }
     })
@@ -185,7 +163,7 @@ pub extern "C" fn cachalot_set_memory_fraction(fraction: c_double, device_index:
         if let Some(a) = device(device_index)
             && let Err(e) = a.set_memory_fraction(fraction)
         {
-            fail(e.to_string());
+            fail(&e.to_string());
         }
     })
 }
@@ -203,10 +181,10 @@ pub extern "C" fn cachalot_record_stream(ptr: *mut c_void, s: *mut c_void) {
             match a.record_stream(p, stream(s)) {
                 Ok(()) => return,
                 Err(e) if e.is_invalid_pointer() => continue,
-                Err(e) => return fail(e.to_string()),
+                Err(e) => return fail(&e.to_string()),
             }
         }
-        fail(format!(
+        fail(&format!(
             "record_stream: {p:#x} is not an allocation of this library"
         ));
     })
@@ -222,9 +200,9 @@ pub extern "C" fn cachalot_memory_stats_json(device_index: c_int) -> *const c_ch
             return std::ptr::null();
         };
         match a.stats() {
-            Ok(s) => returned(stats::memory_stats_json(&s)),
+            Ok(s) => returned(&stats::memory_stats_json(&s)),
             Err(e) => {
-                fail(e.to_string());
+                fail(&e.to_string());
                 std::ptr::null()
             }
         }
@@ -240,13 +218,13 @@ pub extern "C" fn cachalot_memory_summary(device_index: c_int) -> *const c_char 
             return std::ptr::null();
         };
         match a.stats() {
-            Ok(s) => returned(cachalot_torchfmt::memory_summary(
+            Ok(s) => returned(&cachalot_torchfmt::memory_summary(
                 &s,
                 device_index as u32,
                 false,
             )),
             Err(e) => {
-                fail(e.to_string());
+                fail(&e.to_string());
                 std::ptr::null()
             }
         }
@@ -265,7 +243,7 @@ pub extern "C" fn cachalot_record_history(max_entries: usize) -> c_int {
         let mut rc = 0;
         for (i, a) in g.opened() {
             if let Err(e) = a.record_history(entries) {
-                fail(format!("device {i}: {e}"));
+                fail(&format!("device {i}: {e}"));
                 rc = -1;
             }
         }
@@ -285,7 +263,7 @@ pub extern "C" fn cachalot_record_history(max_entries: usize) -> c_int {
 pub unsafe extern "C" fn cachalot_dump_snapshot(path: *const c_char) -> c_int {
     guard("cachalot_dump_snapshot", -1, || {
         if path.is_null() {
-            fail("cachalot_dump_snapshot: path is NULL".into());
+            fail("cachalot_dump_snapshot: path is NULL");
             return -1;
         }
         // Safety: non-null (checked), and NUL-terminated and valid for the call by this
@@ -296,7 +274,7 @@ pub unsafe extern "C" fn cachalot_dump_snapshot(path: *const c_char) -> c_int {
         let g = match Global::get() {
             Ok(g) => g,
             Err(e) => {
-                set_error(e);
+                set_error(&e);
                 return -3;
             }
         };
@@ -306,7 +284,7 @@ pub unsafe extern "C" fn cachalot_dump_snapshot(path: *const c_char) -> c_int {
             let segments = match a.segments() {
                 Ok(s) => s,
                 Err(e) => {
-                    fail(format!("device {i}: {e}"));
+                    fail(&format!("device {i}: {e}"));
                     return -2;
                 }
             };
@@ -326,7 +304,7 @@ pub unsafe extern "C" fn cachalot_dump_snapshot(path: *const c_char) -> c_int {
         match std::fs::write(&path, bytes) {
             Ok(()) => 0,
             Err(e) => {
-                fail(format!("cannot write snapshot {path}: {e}"));
+                fail(&format!("cannot write snapshot {path}: {e}"));
                 -1
             }
         }
@@ -340,7 +318,7 @@ pub extern "C" fn cachalot_reset_peak_stats(device_index: c_int) {
         if let Some(a) = device(device_index)
             && let Err(e) = a.reset_peak_stats()
         {
-            fail(e.to_string());
+            fail(&e.to_string());
         }
     })
 }
@@ -367,9 +345,11 @@ pub extern "C" fn cachalot_unknown_frees() -> u64 {
 /// thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn cachalot_last_error() -> *const c_char {
-    guard("cachalot_last_error", c"internal error".as_ptr(), || {
-        LAST_ERROR.with(|e| e.borrow().as_ptr())
-    })
+    guard(
+        "cachalot_last_error",
+        c"internal error".as_ptr(),
+        report::last_error,
+    )
 }
 
 /// The backend serving requests (`native`, `cudaMallocAsync` or `uncached`), or NULL if the
@@ -384,50 +364,9 @@ pub extern "C" fn cachalot_backend() -> *const c_char {
                 cachalot::Backend::Uncached => c"uncached".as_ptr(),
             },
             Err(e) => {
-                set_error(e);
+                set_error(&e);
                 std::ptr::null()
             }
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn last_error() -> String {
-        // Safety: cachalot_last_error returns this thread's NUL-terminated error string,
-        // valid until the next error on this thread (none happens while it is read).
-        unsafe { CStr::from_ptr(cachalot_last_error()) }
-            .to_string_lossy()
-            .into_owned()
-    }
-
-    #[test]
-    fn a_panic_becomes_an_error_not_an_unwind() {
-        assert_eq!(guard("cachalot_test", 7, || panic!("boom")), 7);
-        assert_eq!(last_error(), "internal error in cachalot_test: boom");
-        let p: *mut c_void = guard("cachalot_test", std::ptr::null_mut(), || {
-            let v: Vec<u8> = Vec::new();
-            #[allow(clippy::indexing_slicing)]
-            let _ = v[3];
-            std::ptr::dangling_mut()
-        });
-        assert!(p.is_null());
-        assert!(
-            last_error().contains("index out of bounds"),
-            "{}",
-            last_error()
-        );
-    }
-
-    #[test]
-    fn returned_strings_live_until_the_next_call() {
-        let a = returned("first".into());
-        // Safety: `a` points at the thread's returned string, not yet replaced.
-        assert_eq!(unsafe { CStr::from_ptr(a) }.to_str().unwrap(), "first");
-        let b = returned("with\0nul".into());
-        // Safety: as above, for `b`.
-        assert_eq!(unsafe { CStr::from_ptr(b) }.to_str().unwrap(), "with nul");
-    }
 }

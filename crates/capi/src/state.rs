@@ -54,7 +54,7 @@ impl Global {
         let settings =
             Settings::from_env().map_err(|e| format!("allocator configuration rejected: {e}"))?;
         for w in &settings.warnings {
-            eprintln!("cachalot: warning: {w}");
+            crate::report::report(&format!("warning: {w}"));
         }
         let kind = match std::env::var("CACHALOT_DEVICE").as_deref() {
             Err(_) | Ok("") | Ok("cuda") => Kind::Cuda,
@@ -66,12 +66,12 @@ impl Global {
             Err(_) => 80 << 30,
         };
         if std::env::var("CACHALOT_VERBOSE").as_deref() == Ok("1") {
-            eprintln!(
-                "cachalot: {:?} devices, backend {:?}, configuration from {}",
+            crate::report::report(&format!(
+                "{:?} devices, backend {:?}, configuration from {}",
                 kind,
                 settings.backend(),
                 settings.source
-            );
+            ));
         }
         Ok(Global {
             kind,
@@ -89,7 +89,7 @@ impl Global {
     /// later calls only return it.
     pub fn get() -> Result<&'static Global, String> {
         GLOBAL
-            .get_or_init(|| Global::from_env().inspect_err(|e| eprintln!("cachalot: {e}")))
+            .get_or_init(|| Global::from_env().inspect_err(|e| crate::report::report(e)))
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -129,7 +129,7 @@ impl Global {
             .get_or_init(|| {
                 self.open(i)
                     .map_err(|e| format!("device {i}: {e}"))
-                    .inspect_err(|e| eprintln!("cachalot: {e}"))
+                    .inspect_err(|e| crate::report::report(e))
             })
             .as_ref()
             .map_err(Clone::clone)
@@ -146,6 +146,8 @@ impl Global {
     /// Counts and reports a free of a pointer no allocator knows.
     pub fn report_unknown_free(&self, ptr: u64, device: i32, why: &str) {
         let n = self.unknown_frees.fetch_add(1, Ordering::Relaxed) + 1;
-        eprintln!("cachalot: ignored free of {ptr:#x} on device {device}: {why} ({n} so far)");
+        crate::report::report(&format!(
+            "ignored free of {ptr:#x} on device {device}: {why} ({n} so far)"
+        ));
     }
 }

@@ -1,4 +1,4 @@
-//! Builds `tests/c/exercise.c` against `include/cachalot.h` and `libcachalot.so` with gcc,
+//! Builds `tests/c/exercise.c` against `include/cachalot.h` and `libcachalot_capi.so` with gcc,
 //! runs it on the simulated device, and checks what it prints: allocations across 8 threads,
 //! 4 streams and 2 devices, the hooks, torch's statistics, summary and snapshot, and that
 //! misuse is reported without aborting. Skipped (with the reason printed) without gcc.
@@ -36,7 +36,7 @@ fn compile() -> Option<PathBuf> {
         .arg(crate_dir().join("tests/c/exercise.c"))
         .arg(format!("-L{}", dir.display()))
         .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .args(["-lcachalot", "-o"])
+        .args(["-lcachalot_capi", "-o"])
         .arg(&exe)
         .output()
         .unwrap();

@@ -1,4 +1,4 @@
-//! `include/cachalot.h` declares exactly the functions `libcachalot.so` exports, and compiles
+//! `include/cachalot.h` declares exactly the functions `libcachalot_capi.so` exports, and compiles
 //! cleanly as C and as C++ (each skipped, with the reason printed, without its tool).
 
 mod common;
@@ -53,7 +53,7 @@ fn header_matches_the_exported_symbols() {
         .collect();
     assert_eq!(
         names, exported,
-        "cachalot.h and libcachalot.so disagree (left: header, right: library)"
+        "cachalot.h and libcachalot_capi.so disagree (left: header, right: library)"
     );
 }
 

@@ -36,7 +36,9 @@ pub fn library() -> PathBuf {
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "cachalot")
+            .filter(|m| {
+                m["reason"] == "compiler-artifact" && m["target"]["name"] == "cachalot_capi"
+            })
             .filter(|m| m["package_id"].as_str().is_some_and(|p| p.contains("capi")))
             .flat_map(|m| m["filenames"].as_array().cloned().unwrap_or_default())
             .filter_map(|f| f.as_str().map(PathBuf::from))

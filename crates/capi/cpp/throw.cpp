@@ -1,0 +1,97 @@
+// Raising torch's exceptions from cachalot_malloc.
+//
+// torch's CUDAPluggableAllocator calls the allocation function and never checks what it
+// returns, so the only way to give PyTorch an out-of-memory it understands is to throw the
+// C++ exception torch's own allocator throws: c10::OutOfMemoryError, which torch's Python
+// bindings turn into torch.OutOfMemoryError. We are not linked against torch: the exception's
+// constructor and type information are looked up at run time in the libc10.so that the
+// process has loaded, and the exception is thrown through the Itanium C++ ABI.
+//
+// Nothing here is called unless libc10.so is loaded (cachalot_host_can_throw), so a C program
+// that uses the library never sees an exception.
+
+#include <cxxabi.h>
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <typeinfo>
+
+namespace {
+
+// c10::SourceLocation: { const char* function; const char* file; uint32_t line; }.
+struct SourceLocation {
+  const char* function;
+  const char* file;
+  uint32_t line;
+};
+
+// c10::Error(SourceLocation, std::string) and c10::OutOfMemoryError(SourceLocation,
+// std::string): constructors called as functions whose first argument is `this`.
+using Constructor = void (*)(void* self, SourceLocation where, std::string msg);
+
+// Room for the exception object. c10::Error is about 150 bytes in torch 2.x and
+// OutOfMemoryError adds no members; torch catches by reference, so a larger allocation is only
+// unused space, while a smaller one would be memory corruption.
+constexpr std::size_t kExceptionRoom = 1024;
+
+constexpr const char* kErrorType = "_ZTIN3c105ErrorE";
+constexpr const char* kErrorCtor =
+    "_ZN3c105ErrorC1ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE";
+constexpr const char* kOomType = "_ZTIN3c1016OutOfMemoryErrorE";
+constexpr const char* kOomCtor =
+    "_ZN3c1016OutOfMemoryErrorC1ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_"
+    "traitsIcESaIcEEE";
+
+// A symbol of the loaded libc10: first in the global scope, then in libc10.so itself (Python
+// loads torch's libraries with RTLD_LOCAL, so they are usually not global). RTLD_NOLOAD: never
+// load torch, only find it.
+void* c10_symbol(const char* name) {
+  if (void* s = dlsym(RTLD_DEFAULT, name)) return s;
+  void* lib = dlopen("libc10.so", RTLD_LAZY | RTLD_NOLOAD);
+  if (lib == nullptr) return nullptr;
+  void* s = dlsym(lib, name);
+  dlclose(lib);  // NOLOAD took a reference to a library that stays loaded
+  return s;
+}
+
+void destroy(void* object) {
+  // c10::Error derives from std::exception alone, so the object starts with its vtable
+  // pointer and the virtual destructor runs the most-derived destructor.
+  static_cast<std::exception*>(object)->~exception();
+}
+
+[[noreturn]] void throw_c10(void* type, void* ctor, const char* msg) {
+  void* object = abi::__cxa_allocate_exception(kExceptionRoom);
+  try {
+    reinterpret_cast<Constructor>(ctor)(object, {"cachalot_malloc", __FILE__, __LINE__},
+                                        std::string(msg));
+  } catch (...) {
+    abi::__cxa_free_exception(object);
+    throw;
+  }
+  abi::__cxa_throw(object, static_cast<std::type_info*>(type), destroy);
+}
+
+}  // namespace
+
+extern "C" {
+
+// Whether the process has torch's libc10 loaded, so a C++ caller that understands c10::Error
+// called us.
+bool cachalot_host_can_throw() { return c10_symbol(kErrorType) != nullptr; }
+
+// Throws torch's exception for `msg`: c10::OutOfMemoryError when `out_of_memory` (so torch
+// raises torch.OutOfMemoryError), else c10::Error (RuntimeError). Where torch's symbols
+// cannot be found, a std::runtime_error with the same text, which torch also converts.
+[[noreturn]] void cachalot_host_throw(bool out_of_memory, const char* msg) {
+  void* type = c10_symbol(out_of_memory ? kOomType : kErrorType);
+  void* ctor = c10_symbol(out_of_memory ? kOomCtor : kErrorCtor);
+  if (type != nullptr && ctor != nullptr) throw_c10(type, ctor, msg);
+  throw std::runtime_error(msg);
+}
+
+}  // extern "C"

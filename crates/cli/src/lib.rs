@@ -1,0 +1,106 @@
+//! The `cachalot` command as a library: the Rust binary (`main.rs`) and the Python package's
+//! console script (`cachalot._native.cli_main`) both call [`run`], so the two give the same
+//! commands and the same output. Each subcommand lives in its own module under `cmd/` and
+//! calls library functions; errors are printed once, here.
+
+mod args;
+mod cmd;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// PyTorch's CUDA caching allocator, rebuilt in Rust, and the tool that tells you which
+/// PYTORCH_CUDA_ALLOC_CONF to set.
+#[derive(Parser)]
+#[command(name = "cachalot", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay an allocation trace through the allocator on a simulated GPU.
+    Replay(cmd::replay::Args),
+    /// Parse an allocator configuration and print what every option means.
+    Config(cmd::config::Args),
+    /// Write any supported input (torch snapshot pickle or JSON, RMM CSV) as an RMM CSV trace.
+    Convert(cmd::convert::Args),
+    /// Explain the out-of-memory recorded in a torch snapshot, in numbers, and which option
+    /// avoids it.
+    Explain(cmd::explain::Args),
+    /// Which PYTORCH_CUDA_ALLOC_CONF for this trace on this GPU: search and rank configurations.
+    Tune(cmd::tune::Args),
+    /// Compare configurations on a trace: peaks, minimum capacity, OOMs, retries, device calls.
+    Compare(cmd::compare::Args),
+}
+
+/// Whether an error comes from writing to a closed pipe (`cachalot … | head`): the reader
+/// has all it wanted, so that is a normal end, not a failure.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// The names of the subcommands [`run`] serves, for front ends that add their own (the
+/// Python package's `record`) and pass the rest here.
+pub fn subcommands() -> Vec<String> {
+    use clap::CommandFactory;
+    Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect()
+}
+
+/// Runs the command line `args` (the program name first) and returns the exit status:
+/// 0 success, 2 an error (printed on stderr), or what clap uses for bad arguments. Help and
+/// version go to stdout. Nothing here exits the process.
+pub fn run<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and --version are "errors" to clap that print to stdout and succeed.
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    let result = match cli.command {
+        Command::Replay(a) => cmd::replay::run(a),
+        Command::Config(a) => cmd::config::run(a),
+        Command::Convert(a) => cmd::convert::run(a),
+        Command::Explain(a) => cmd::explain::run(a),
+        Command::Tune(a) => cmd::tune::run(a),
+        Command::Compare(a) => cmd::compare::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "cachalot: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The number behind an [`ExitCode`] (the standard library has no getter; every code [`run`]
+/// returns is one of these 256).
+pub fn status_number(code: ExitCode) -> u8 {
+    (0..=u8::MAX)
+        .find(|&n| ExitCode::from(n) == code)
+        .unwrap_or(2)
+}
+
+/// Whether a panic message is `println!` failing on a closed stdout (`cachalot … | head`),
+/// which front ends treat as a normal end.
+pub fn is_closed_stdout_panic(msg: &str) -> bool {
+    msg.contains("failed printing to stdout") && msg.contains("Broken pipe")
+}

@@ -1,0 +1,55 @@
+//! `cachalot._native`: the Python package's native module.
+//!
+//! One shared object serves three callers:
+//! - Python: the functions below (the API in `python/cachalot/` wraps them);
+//! - the `cachalot` console script: [`cli_main`] runs the Rust CLI's own entry point, so the
+//!   commands and their output are the Rust binary's;
+//! - PyTorch: this object exports the C functions of `cachalot-capi` (`cachalot_malloc`,
+//!   `cachalot_free`, …), so `torch.cuda.memory.CUDAPluggableAllocator(cachalot._native.__file__,
+//!   "cachalot_malloc", "cachalot_free")` needs no second library.
+
+use pyo3::prelude::*;
+
+// Linked for its exported C functions, which nothing in Rust calls.
+use cachalot_capi as _;
+
+/// Runs the `cachalot` command line `argv` (program name first) with the GIL released and
+/// returns its exit status. Output goes to the process's stdout and stderr, as the binary's.
+#[pyfunction]
+fn cli_main(py: Python<'_>, argv: Vec<String>) -> u8 {
+    py.detach(move || {
+        let code = std::panic::catch_unwind(|| cachalot_cli::run(argv));
+        match code {
+            Ok(code) => cachalot_cli::status_number(code),
+            Err(p) => {
+                let msg = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                if cachalot_cli::is_closed_stdout_panic(&msg) {
+                    0
+                } else {
+                    use std::io::Write;
+                    let _ = writeln!(std::io::stderr(), "cachalot: internal error: {msg}");
+                    2
+                }
+            }
+        }
+    })
+}
+
+/// The subcommands the Rust CLI serves (the Python front end adds its own).
+#[pyfunction]
+fn cli_subcommands() -> Vec<String> {
+    cachalot_cli::subcommands()
+}
+
+/// The module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(cli_main, m)?)?;
+    m.add_function(wrap_pyfunction!(cli_subcommands, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

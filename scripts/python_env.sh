@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Sets up, outside the clone, what the Python tests need, reusing whatever is already there:
+#   a virtual environment ($CACHALOT_VENV, default ~/.cache/cachalot-torch) with maturin,
+#   pytest and ruff;
+#   with --torch: torch 2.15.0 (+ transformers, torchvision) in it, and the fake GPU stack of
+#   ../shared/fakegpu built into $FAKEGPU_BUILD (default ~/.cache/cachalot-fakegpu).
+# Where torch cannot be installed it says why and goes on: those tests then skip, saying so.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+VENV="${CACHALOT_VENV:-$HOME/.cache/cachalot-torch}"
+PY="$VENV/bin/python"
+if [[ ! -x "$PY" ]]; then
+  python3 -m venv "$VENV" || { echo "python_env: cannot create a venv at $VENV" >&2; exit 1; }
+fi
+missing=()
+for tool in maturin pytest ruff; do
+  "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$tool') is None)" \
+    2>/dev/null || missing+=("$tool")
+done
+if ((${#missing[@]})); then
+  "$PY" -m pip install -q "${missing[@]}" || { echo "python_env: cannot install ${missing[*]}" >&2; exit 1; }
+fi
+if [[ "${1:-}" == "--torch" ]]; then
+  if ! "$PY" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.15.0")' 2>/dev/null; then
+    echo "python_env: installing torch 2.15.0, transformers, torchvision into $VENV (once)"
+    "$PY" -m pip install -q torch==2.15.0 transformers torchvision \
+      || echo "python_env: SKIP torch: could not install torch==2.15.0; the PyTorch tests will skip"
+  fi
+  FAKEGPU="${CACHALOT_FAKEGPU:-../shared/fakegpu}"
+  B="${FAKEGPU_BUILD:-$HOME/.cache/cachalot-fakegpu}"
+  if [[ ! -e "$B/libcudart.so.13" ]]; then
+    if [[ -x "$FAKEGPU/build.sh" ]] && "$PY" -c 'import torch' 2>/dev/null; then
+      PYTHON="$PY" FAKEGPU_BUILD="$B" "$FAKEGPU/build.sh" >/dev/null \
+        || echo "python_env: SKIP fake GPU: $FAKEGPU/build.sh failed; the PyTorch tests will skip"
+    else
+      echo "python_env: SKIP fake GPU: no $FAKEGPU/build.sh or no torch; the PyTorch tests will skip"
+    fi
+  fi
+fi
+echo "$PY"

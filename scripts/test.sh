@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# All tests, Rust and Python (the README's test command; .ci/run calls it):
+#   1. cargo test --workspace;
+#   2. the Python package: the wheel built with maturin, its native module put in place
+#      under python/cachalot/, ruff, then pytest tests/python;
+#   3. the wheel installed in a fresh venv with no Rust toolchain on PATH, running
+#      `cachalot tune --capacity 24G`.
+# The venv with maturin/pytest/ruff is set up outside the clone (scripts/python_env.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo test --workspace
+
+PY="$(scripts/python_env.sh | tail -n 1)"
+BIN="$(dirname "$PY")"
+rm -f target/wheels/cachalot-*.whl
+"$BIN/maturin" build --release -o target/wheels
+WHEEL="$(ls target/wheels/cachalot-*.whl)"
+echo "wheel: $WHEEL ($(du -k "$WHEEL" | cut -f1) KiB)"
+"$PY" -m zipfile -e "$WHEEL" target/wheel-unpacked
+cp target/wheel-unpacked/cachalot/_native.abi3.so python/cachalot/_native.abi3.so
+
+"$BIN/ruff" check python tests/python
+"$BIN/ruff" format --check python tests/python
+status=0
+PYTHONPATH="$PWD/python" "$PY" -m pytest tests/python -ra || status=$?
+# 5: no test collected (cannot happen with tests/python present, but is not a failure).
+if [[ $status -ne 0 && $status -ne 5 ]]; then exit $status; fi
+
+FRESH="$(mktemp -d)"
+trap 'rm -rf "$FRESH"' EXIT
+python3 -m venv "$FRESH/venv"
+"$FRESH/venv/bin/pip" install -q --no-index "$WHEEL"
+env -i HOME="$HOME" PATH="$FRESH/venv/bin:/usr/bin:/bin" bash -c '
+  if command -v cargo >/dev/null || command -v rustc >/dev/null; then
+    echo "fresh venv: a Rust toolchain is on PATH"; exit 1
+  fi
+  cd / && cachalot tune --capacity 24G -q'
+echo "fresh venv: the wheel installs and cachalot tune --capacity 24G runs without Rust"

@@ -1,0 +1,102 @@
+"""Shared helpers: where the package, the Rust binary, torch and the fake GPU are.
+
+The tests import the `cachalot` under test (installed, or `python/` on PYTHONPATH with the
+native module built in place: `.ci/run` does that). Tests that need real PyTorch run it on the
+fake GPU of `../shared/fakegpu` and skip, saying why, where it is not set up.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cachalot
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE_ROOT = Path(cachalot.__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"
+TORCH_PYTHON = Path(
+    os.environ.get("CACHALOT_TORCH_PYTHON", Path.home() / ".cache/cachalot-torch/bin/python")
+)
+FAKEGPU = Path(os.environ.get("CACHALOT_FAKEGPU", REPO.parent / "shared" / "fakegpu"))
+FAKEGPU_BUILD = Path(os.environ.get("FAKEGPU_BUILD", Path.home() / ".cache" / "cachalot-fakegpu"))
+
+
+def rust_binary() -> Path | None:
+    """The Rust `cachalot` binary of this checkout, if built (CACHALOT_BIN overrides)."""
+    if os.environ.get("CACHALOT_BIN"):
+        return Path(os.environ["CACHALOT_BIN"])
+    built = [REPO / "target" / p / "cachalot" for p in ("release", "debug")]
+    built = [p for p in built if p.exists()]
+    # The newer one is this checkout's (the other may be from an earlier commit).
+    return max(built, key=lambda p: p.stat().st_mtime, default=None)
+
+
+def cachalot_cli() -> list[str]:
+    """The console script of the package under test: `python -m cachalot`."""
+    return [sys.executable, "-m", "cachalot"]
+
+
+def package_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child interpreter that imports the package under test."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
+    env.update(extra or {})
+    return env
+
+
+def fakegpu_missing() -> str | None:
+    """Why real PyTorch on the fake GPU cannot run here, or None."""
+    if not TORCH_PYTHON.exists():
+        return f"no torch venv at {TORCH_PYTHON} (.ci/run installs it; set CACHALOT_TORCH_PYTHON)"
+    if not (FAKEGPU / "run.sh").exists():
+        return f"no fake GPU stack at {FAKEGPU} (../shared/fakegpu beside the checkout)"
+    if not (FAKEGPU_BUILD / "libcudart.so.13").exists():
+        return f"fake GPU not built in {FAKEGPU_BUILD} (run {FAKEGPU}/build.sh)"
+    return None
+
+
+@pytest.fixture
+def torch_on_fakegpu():
+    """A function running `args` (a script and its arguments) with real PyTorch on the fake
+    GPU; returns the CompletedProcess. Skips where that is not set up."""
+    why = fakegpu_missing()
+    if why:
+        pytest.skip(why)
+
+    def run(args, env=None, timeout=600, check=True):
+        full = package_env(
+            {"PYTHON": str(TORCH_PYTHON), "FAKEGPU_BUILD": str(FAKEGPU_BUILD), **(env or {})}
+        )
+        p = subprocess.run(
+            ["bash", str(FAKEGPU / "run.sh"), *map(str, args)],
+            env=full,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and p.returncode != 0:
+            raise AssertionError(
+                f"exit {p.returncode}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}"
+            )
+        return p
+
+    return run
+
+
+@pytest.fixture
+def rust_cli():
+    b = rust_binary()
+    if b is None:
+        pytest.skip("the Rust binary is not built (cargo build -p cachalot-cli; CACHALOT_BIN)")
+    return b
+
+
+def have(tool: str) -> bool:
+    return shutil.which(tool) is not None
