@@ -5,30 +5,25 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cachalot_core::async_backend::{AsyncAllocator, DirectMode};
-use cachalot_core::{AllocConf, Backend, CachingAllocator, DeviceStats, SegmentInfo, TraceEntry};
+use cachalot_core::{
+    AllocConf, Backend, CachingAllocator, DeviceStats, MemoryResource, SegmentInfo, TraceEntry,
+};
 use cachalot_device::{Device, StreamId};
 
-use crate::{CUdeviceptr, Error, Result, Settings, stats};
-
-// One per device, inside an `Arc`: the size of the variants does not matter.
-#[allow(clippy::large_enum_variant)]
-enum Engine<D> {
-    Caching(CachingAllocator<D>),
-    Direct(AsyncAllocator<D>),
-}
+use crate::{CUdeviceptr, Result, Settings, stats};
 
 struct Inner<D> {
-    engine: Engine<D>,
-    backend: Backend,
-    conf: AllocConf,
-    index: u32,
+    resource: MemoryResource<D>,
     /// Frees that failed when a [`DeviceBuffer`] was dropped (the error cannot be returned).
     drop_errors: AtomicU64,
 }
 
 /// One device's allocator. Cloning is cheap and shares the allocator (it is an `Arc`);
 /// every method takes `&self` and is thread-safe (one lock per device, as in torch).
+///
+/// It is core's [`MemoryResource`] (the one allocator interface, for every [`Backend`]) behind
+/// an `Arc`, plus the RAII [`DeviceBuffer`]s on top; [`Allocator::resource`] gives the rest of
+/// its API.
 pub struct Allocator<D> {
     inner: Arc<Inner<D>>,
 }
@@ -54,34 +49,17 @@ impl<D: Device> Allocator<D> {
 
     /// An allocator for the device with ordinal `index` (used in messages and snapshots).
     pub fn with_index(settings: &Settings, device: D, index: u32) -> Result<Self> {
-        let backend = settings.backend();
-        let conf = settings.conf.clone();
-        let engine = match backend {
-            Backend::Native => {
-                Engine::Caching(CachingAllocator::with_index(conf.clone(), device, index)?)
-            }
-            Backend::CudaMallocAsync => Engine::Direct(AsyncAllocator::with_index(
-                &conf,
-                DirectMode::StreamOrdered,
-                device,
-                index,
-            )?),
-            Backend::Uncached => Engine::Direct(AsyncAllocator::with_index(
-                &conf,
-                DirectMode::Uncached,
-                device,
-                index,
-            )?),
-        };
         Ok(Allocator {
             inner: Arc::new(Inner {
-                engine,
-                backend,
-                conf,
-                index,
+                resource: MemoryResource::new(settings.conf.clone(), device, index)?,
                 drop_errors: AtomicU64::new(0),
             }),
         })
+    }
+
+    /// The allocator behind this handle: every operation of core's one interface.
+    pub fn resource(&self) -> &MemoryResource<D> {
+        &self.inner.resource
     }
 
     /// Allocates `size` bytes for use on `stream`, returned to the allocator when the buffer
@@ -99,99 +77,69 @@ impl<D: Device> Allocator<D> {
     /// Allocates `size` bytes on `stream` and returns the raw address; free it with
     /// [`Allocator::free`]. A size of 0 returns 0.
     pub fn malloc(&self, size: u64, stream: StreamId) -> Result<u64> {
-        Ok(match &self.inner.engine {
-            Engine::Caching(a) => a.malloc(size, stream)?,
-            Engine::Direct(a) => a.malloc(size, stream)?,
-        })
+        Ok(self.resource().malloc(size, stream)?)
     }
 
     /// Frees an address from [`Allocator::malloc`]. Address 0 is a no-op; an unknown address
-    /// is an error ([`Error::is_invalid_pointer`]), never a crash.
+    /// is an error ([`crate::Error::is_invalid_pointer`]), never a crash.
     pub fn free(&self, ptr: u64) -> Result<()> {
-        match &self.inner.engine {
-            Engine::Caching(a) => a.free(ptr)?,
-            Engine::Direct(a) => a.free(ptr)?,
-        }
-        Ok(())
+        Ok(self.resource().free(ptr)?)
     }
 
     /// Marks the allocation at `ptr` as used on `stream` too (`Tensor.record_stream`): its
     /// memory is not reused until the work queued on `stream` by then has completed.
     pub fn record_stream(&self, ptr: u64, stream: StreamId) -> Result<()> {
-        match &self.inner.engine {
-            Engine::Caching(a) => a.record_stream(ptr, stream)?,
-            Engine::Direct(a) => a.record_stream(ptr, stream)?,
-        }
-        Ok(())
+        Ok(self.resource().record_stream(ptr, stream)?)
     }
 
     /// Returns cached memory to the device (`torch.cuda.empty_cache()`).
     pub fn empty_cache(&self) -> Result<()> {
-        match &self.inner.engine {
-            Engine::Caching(a) => a.empty_cache()?,
-            Engine::Direct(a) => a.empty_cache()?,
-        }
-        Ok(())
+        Ok(self.resource().empty_cache()?)
     }
 
     /// The statistics as torch's `DeviceStats` (for `backend:cudaMallocAsync`, the pool's
     /// numbers, as torch reports them).
     pub fn stats(&self) -> Result<DeviceStats> {
-        Ok(match &self.inner.engine {
-            Engine::Caching(a) => a.stats(),
-            Engine::Direct(a) => a.stats()?,
-        })
+        Ok(self.resource().stats()?)
     }
 
     /// `torch.cuda.memory_stats()`: every statistic under torch's flat name
-    /// (`allocated_bytes.all.current`, ...), sorted by name.
+    /// (`allocated_bytes.all.current`, ...), sorted by name. [`Allocator::stats`] has the same
+    /// numbers typed.
     pub fn memory_stats(&self) -> Result<BTreeMap<String, i64>> {
         Ok(stats::memory_stats(&self.stats()?))
     }
 
     /// `torch.cuda.reset_peak_memory_stats()`.
     pub fn reset_peak_stats(&self) -> Result<()> {
-        match &self.inner.engine {
-            Engine::Caching(a) => a.reset_peak_stats(),
-            Engine::Direct(a) => a.reset_peak_stats()?,
-        }
-        Ok(())
+        Ok(self.resource().reset_peak_stats()?)
     }
 
     /// `torch.cuda.reset_accumulated_memory_stats()` (no effect with
     /// `backend:cudaMallocAsync`, as in torch).
     pub fn reset_accumulated_stats(&self) {
-        match &self.inner.engine {
-            Engine::Caching(a) => a.reset_accumulated_stats(),
-            Engine::Direct(a) => {
-                a.reset_accumulated_stats();
-            }
-        }
+        self.resource().reset_accumulated_stats();
     }
 
     /// `torch.cuda.set_per_process_memory_fraction()`: `fraction` in [0, 1] of the device's
     /// capacity.
     pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
-        match &self.inner.engine {
-            Engine::Caching(a) => a.set_memory_fraction(fraction),
-            Engine::Direct(a) => a.set_memory_fraction(fraction),
-        }
-        .map_err(Error::InvalidArgument)
+        Ok(self.resource().set_memory_fraction(fraction)?)
     }
 
     /// The backend serving requests.
     pub fn backend(&self) -> Backend {
-        self.inner.backend
+        self.resource().backend()
     }
 
     /// The configuration the allocator was built with.
     pub fn config(&self) -> &AllocConf {
-        &self.inner.conf
+        self.resource().config()
     }
 
     /// The device ordinal.
     pub fn index(&self) -> u32 {
-        self.inner.index
+        self.resource().index()
     }
 
     /// Frees that failed when a [`DeviceBuffer`] was dropped (each also printed on stderr).
@@ -202,66 +150,30 @@ impl<D: Device> Allocator<D> {
     /// All segments and their blocks (`torch.cuda.memory_snapshot()`); torch's error for the
     /// backends that do not track blocks.
     pub fn segments(&self) -> Result<Vec<SegmentInfo>> {
-        match &self.inner.engine {
-            Engine::Caching(a) => Ok(a.segments()),
-            Engine::Direct(_) => Err(Error::Unsupported(unsupported_snapshot(self.backend()))),
-        }
+        Ok(self.resource().segments()?)
     }
 
     /// Starts (or with `None` stops) recording allocation history for snapshots
     /// (`torch.cuda.memory._record_memory_history`). Only the caching backend records; the
     /// others refuse to start (stopping is a no-op).
     pub fn record_history(&self, max_entries: Option<usize>) -> Result<()> {
-        match &self.inner.engine {
-            Engine::Caching(a) => {
-                a.record_history(max_entries);
-                Ok(())
-            }
-            Engine::Direct(_) if max_entries.is_none() => Ok(()),
-            Engine::Direct(_) => Err(Error::Unsupported(format!(
-                "{} does not yet support recordHistory. If you need it, please file an issue \
-                 describing your use case.",
-                self.backend().torch_name()
-            ))),
-        }
+        Ok(self.resource().record_history(max_entries)?)
     }
 
     /// The recorded history, oldest first (empty when not recording).
     pub fn history(&self) -> Vec<TraceEntry> {
-        match &self.inner.engine {
-            Engine::Caching(a) => a.history(),
-            Engine::Direct(_) => Vec::new(),
-        }
+        self.resource().history()
     }
 
     /// The caching allocator itself, for the rest of the core API (`None` for the other
     /// backends).
     pub fn caching(&self) -> Option<&CachingAllocator<D>> {
-        match &self.inner.engine {
-            Engine::Caching(a) => Some(a),
-            Engine::Direct(_) => None,
-        }
+        self.resource().caching()
     }
 
     /// Runs `f` on the device with the allocator's lock held.
     pub fn with_device<T>(&self, f: impl FnOnce(&mut D) -> T) -> T {
-        match &self.inner.engine {
-            Engine::Caching(a) => a.with_device(f),
-            Engine::Direct(a) => a.with_device(f),
-        }
-    }
-}
-
-fn unsupported_snapshot(b: Backend) -> String {
-    match b {
-        Backend::CudaMallocAsync => "Calling snapshot with backend:cudaMallocAsync is not \
-             meaningful. (For backend:native, snapshot returns a detailed summary of all blocks \
-             tracked by the allocator, but the cudaMallocAsync backend does not track individual \
-             blocks.)"
-            .into(),
-        _ => "PYTORCH_NO_CUDA_MEMORY_CACHING=1: no blocks are cached, so there is nothing to \
-              snapshot"
-            .into(),
+        self.resource().with_device(f)
     }
 }
 
@@ -396,12 +308,12 @@ impl<D: Device> Allocators<D> {
 impl Allocators<cachalot_cuda::CudaDevice> {
     /// One allocator per visible GPU, configured from the environment. Fails with
     /// "no CUDA driver found: …" on a machine without CUDA.
-    pub fn cuda_from_env() -> std::result::Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+    pub fn cuda_from_env() -> Result<Self> {
         let settings = Settings::from_env()?;
         let n = cachalot_cuda::device_count()?;
         let devices = (0..n)
             .map(cachalot_cuda::CudaDevice::new)
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok(Self::new(&settings, devices)?)
+        Self::new(&settings, devices)
     }
 }

@@ -43,11 +43,11 @@ pub mod stats;
 
 pub use allocator::{Allocator, Allocators, DeviceBuffer};
 
-pub use cachalot_core::async_backend::{AsyncAllocator, AsyncError, AsyncOomReport, DirectMode};
+pub use cachalot_core::async_backend::{AsyncAllocator, AsyncOomReport, DirectMode};
 pub use cachalot_core::config::{self, ConfigError, EnvSource, Overrides, Settings, Warning};
 pub use cachalot_core::{
-    AllocConf, AllocError, Backend, ByteSizeError, CachingAllocator, DeviceStats, OomReport,
-    SegmentInfo, Stat, StatArray, TraceEntry, format_size, parse_byte_size,
+    AllocConf, AllocError, Backend, ByteSizeError, CachingAllocator, DeviceStats, MemoryResource,
+    OomReport, Operation, SegmentInfo, Stat, StatArray, TraceEntry, format_size, parse_byte_size,
 };
 pub use cachalot_device::{Device, DeviceError, DeviceResult, MemInfo, StreamId};
 pub use cachalot_sim::{SimConfig, SimDevice};
@@ -58,46 +58,33 @@ pub use cachalot_cuda::{CudaDevice, CudaInitError, device_count as cuda_device_c
 /// A raw device address, as the CUDA driver API (and cudarc's `sys`) types it.
 pub type CUdeviceptr = u64;
 
-/// Why an allocator call failed.
+/// Why a call failed: an allocator error (core's one error type, the same for every backend),
+/// a rejected configuration, or a GPU that could not be opened.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
-    /// From the caching allocator (`backend:native`); its out-of-memory text is torch's.
+    /// From the allocator, whichever backend serves it; its out-of-memory text is torch's.
     #[error(transparent)]
     Alloc(#[from] AllocError),
-    /// From `backend:cudaMallocAsync` or the uncached backend.
-    #[error(transparent)]
-    Direct(#[from] AsyncError),
     /// The configuration was rejected ([`ConfigError::torch_message`] is what torch 2.15
     /// would raise).
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// A device call failed outside an allocation (opening a device, reading its memory).
-    #[error("device error: {0}")]
-    Device(#[from] DeviceError),
-    /// An argument out of range (e.g. a memory fraction outside [0, 1]).
-    #[error("{0}")]
-    InvalidArgument(String),
-    /// What torch's backend does not support (e.g. a snapshot of `backend:cudaMallocAsync`).
-    #[error("{0}")]
-    Unsupported(String),
+    /// The CUDA driver or a GPU could not be opened (feature `cuda`).
+    #[cfg(feature = "cuda")]
+    #[error(transparent)]
+    CudaInit(#[from] CudaInitError),
 }
 
 impl Error {
-    /// Whether this is an out-of-memory error (`torch.OutOfMemoryError`, either backend).
+    /// Whether this is an out-of-memory error (`torch.OutOfMemoryError`, any backend).
     pub fn is_out_of_memory(&self) -> bool {
-        matches!(
-            self,
-            Error::Alloc(AllocError::OutOfMemory(_)) | Error::Direct(AsyncError::OutOfMemory(_))
-        )
+        matches!(self, Error::Alloc(e) if e.is_out_of_memory())
     }
 
     /// Whether the address given was not a live allocation.
     pub fn is_invalid_pointer(&self) -> bool {
-        matches!(
-            self,
-            Error::Alloc(AllocError::InvalidPointer { .. })
-                | Error::Direct(AsyncError::InvalidPointer { .. })
-        )
+        matches!(self, Error::Alloc(e) if e.is_invalid_pointer())
     }
 }
 

@@ -37,6 +37,7 @@ use cachalot_device::{Device, DeviceError, StreamId};
 use rustc_hash::FxHashMap;
 
 use crate::config::AllocConf;
+use crate::error::AllocError;
 use crate::oom::format_size;
 use crate::stats::DeviceStats;
 
@@ -96,25 +97,6 @@ impl std::fmt::Display for AsyncOomReport {
     }
 }
 
-/// Why an [`AsyncAllocator`] call failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AsyncError {
-    /// The pool could not serve the request, or it would exceed the memory-fraction limit.
-    #[error("{0}")]
-    OutOfMemory(Box<AsyncOomReport>),
-    /// `free` or `record_stream` of an address that is not a live allocation.
-    #[error(
-        "invalid device pointer: {ptr:#x} (not an allocation of this allocator, or already freed)"
-    )]
-    InvalidPointer {
-        /// The address passed in.
-        ptr: u64,
-    },
-    /// A device call failed (with [`DirectMode::Uncached`], a failed `cudaMalloc` too).
-    #[error("device error: {0}")]
-    Device(#[from] DeviceError),
-}
-
 /// A live allocation (torch's `PtrUsage`).
 struct Usage {
     size: u64,
@@ -146,7 +128,7 @@ pub struct AsyncAllocator<D> {
 impl<D: Device> AsyncAllocator<D> {
     /// An allocator for device 0. `conf` gives `max_split_size` for the uncached statistics;
     /// nothing else of it applies to these backends.
-    pub fn new(conf: &AllocConf, mode: DirectMode, device: D) -> Result<Self, AsyncError> {
+    pub fn new(conf: &AllocConf, mode: DirectMode, device: D) -> Result<Self, AllocError> {
         Self::with_index(conf, mode, device, 0)
     }
 
@@ -156,7 +138,7 @@ impl<D: Device> AsyncAllocator<D> {
         mode: DirectMode,
         device: D,
         index: u32,
-    ) -> Result<Self, AsyncError> {
+    ) -> Result<Self, AllocError> {
         let uncached_stats = DeviceStats {
             max_split_size: if conf.max_split_size == u64::MAX {
                 -1
@@ -190,7 +172,7 @@ impl<D: Device> AsyncAllocator<D> {
     }
 
     /// Allocates `size` bytes for use on `stream`. A size of 0 returns 0 and calls nothing.
-    pub fn malloc(&self, size: u64, stream: StreamId) -> Result<u64, AsyncError> {
+    pub fn malloc(&self, size: u64, stream: StreamId) -> Result<u64, AllocError> {
         if size == 0 {
             return Ok(0);
         }
@@ -213,13 +195,13 @@ impl<D: Device> AsyncAllocator<D> {
 
     /// Frees the allocation at `ptr`; address 0 is a no-op. The stream-ordered free waits for
     /// the allocating stream and every stream recorded with [`AsyncAllocator::record_stream`].
-    pub fn free(&self, ptr: u64) -> Result<(), AsyncError> {
+    pub fn free(&self, ptr: u64) -> Result<(), AllocError> {
         if ptr == 0 {
             return Ok(());
         }
         let mut s = self.lock();
         let Some(u) = s.live.get(&ptr) else {
-            return Err(AsyncError::InvalidPointer { ptr });
+            return Err(AllocError::InvalidPointer { ptr });
         };
         let (size, stream) = (u.size, u.stream);
         match s.mode {
@@ -239,11 +221,11 @@ impl<D: Device> AsyncAllocator<D> {
 
     /// Marks the allocation at `ptr` as used on `stream` too (`Tensor.record_stream`). On its
     /// own stream this has no effect (torch warns); with no caching it has no effect at all.
-    pub fn record_stream(&self, ptr: u64, stream: StreamId) -> Result<(), AsyncError> {
+    pub fn record_stream(&self, ptr: u64, stream: StreamId) -> Result<(), AllocError> {
         let mut s = self.lock();
         let mode = s.mode;
         let Some(u) = s.live.get_mut(&ptr) else {
-            return Err(AsyncError::InvalidPointer { ptr });
+            return Err(AllocError::InvalidPointer { ptr });
         };
         if mode == DirectMode::Uncached {
             return Ok(());
@@ -259,7 +241,7 @@ impl<D: Device> AsyncAllocator<D> {
     /// `torch.cuda.empty_cache()`: synchronizes the device and trims the pool to nothing.
     /// With no caching there is nothing to release (torch still counts a
     /// `num_sync_all_streams`).
-    pub fn empty_cache(&self) -> Result<(), AsyncError> {
+    pub fn empty_cache(&self) -> Result<(), AllocError> {
         let mut s = self.lock();
         match s.mode {
             DirectMode::StreamOrdered => s.device.trim(0)?,
@@ -269,7 +251,7 @@ impl<D: Device> AsyncAllocator<D> {
     }
 
     /// The statistics torch reports for this backend (see the module documentation).
-    pub fn stats(&self) -> Result<DeviceStats, AsyncError> {
+    pub fn stats(&self) -> Result<DeviceStats, AllocError> {
         let mut s = self.lock();
         if s.mode == DirectMode::Uncached {
             return Ok(s.uncached_stats.clone());
@@ -289,7 +271,7 @@ impl<D: Device> AsyncAllocator<D> {
 
     /// `torch.cuda.reset_peak_memory_stats()`: the pool's high-water marks become the current
     /// values.
-    pub fn reset_peak_stats(&self) -> Result<(), AsyncError> {
+    pub fn reset_peak_stats(&self) -> Result<(), AllocError> {
         let mut s = self.lock();
         match s.mode {
             DirectMode::StreamOrdered => s.device.reset_pool_peaks()?,
@@ -314,19 +296,13 @@ impl<D: Device> AsyncAllocator<D> {
     /// `torch.cuda.set_per_process_memory_fraction()`: with `backend:cudaMallocAsync`, limits
     /// the bytes torch counts to `fraction` × device capacity (1 = the capacity). No effect
     /// without caching. Values outside [0, 1] are rejected.
-    pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), String> {
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), AllocError> {
         if !(0.0..=1.0).contains(&fraction) {
-            return Err(format!(
-                "invalid memory fraction {fraction}: expected a number in [0, 1]"
-            ));
+            return Err(AllocError::InvalidMemoryFraction { fraction });
         }
         let mut s = self.lock();
         if s.mode == DirectMode::StreamOrdered {
-            let total = s
-                .device
-                .mem_get_info()
-                .map_err(|e| format!("cudaMemGetInfo: {e}"))?
-                .total;
+            let total = s.device.mem_get_info()?.total;
             s.limit = (fraction * total as f64) as u64;
         }
         Ok(())
@@ -371,7 +347,7 @@ impl<D: Device> AsyncAllocator<D> {
 impl<D: Device> Direct<D> {
     /// torch 2.15's `mallocAsync`: limit check, one device call, and on out-of-memory one
     /// retry after a synchronize and trim.
-    fn malloc_async(&mut self, size: u64, stream: StreamId) -> Result<u64, AsyncError> {
+    fn malloc_async(&mut self, size: u64, stream: StreamId) -> Result<u64, AllocError> {
         if self.used.saturating_add(size) <= self.limit {
             match self.device.malloc_async(size, stream) {
                 Ok(p) => return Ok(p),
@@ -386,7 +362,7 @@ impl<D: Device> Direct<D> {
             }
         }
         let info = self.device.mem_get_info()?;
-        Err(AsyncError::OutOfMemory(Box::new(AsyncOomReport {
+        Err(AllocError::PoolOutOfMemory(Box::new(AsyncOomReport {
             device: self.index,
             used: self.used,
             requested: size,
@@ -448,7 +424,7 @@ mod tests {
             ]
         );
         assert_eq!(a.malloc(0, StreamId::DEFAULT), Ok(0));
-        assert_eq!(a.free(q), Err(AsyncError::InvalidPointer { ptr: q }));
+        assert_eq!(a.free(q), Err(AllocError::InvalidPointer { ptr: q }));
     }
 
     #[test]
@@ -456,7 +432,7 @@ mod tests {
         let a = alloc(DirectMode::StreamOrdered, 64 * MIB);
         let _p = a.malloc(60 * MIB - 100, StreamId::DEFAULT).unwrap();
         let err = a.malloc(8 * MIB, StreamId::DEFAULT).unwrap_err();
-        let AsyncError::OutOfMemory(r) = &err else {
+        let AllocError::PoolOutOfMemory(r) = &err else {
             panic!("{err:?}")
         };
         assert_eq!(r.used, 60 * MIB - 100);
@@ -497,7 +473,7 @@ mod tests {
         assert_eq!(a.redundant_record_streams(), 1);
         assert_eq!(
             a.record_stream(p + 1, StreamId(9)),
-            Err(AsyncError::InvalidPointer { ptr: p + 1 })
+            Err(AllocError::InvalidPointer { ptr: p + 1 })
         );
         a.free(p).unwrap();
         assert_eq!(a.live_allocations(), 0);
@@ -510,7 +486,7 @@ mod tests {
         a.record_stream(p, StreamId(4)).unwrap();
         assert_eq!(
             a.malloc(64 * MIB, StreamId::DEFAULT),
-            Err(AsyncError::Device(DeviceError::OutOfMemory))
+            Err(AllocError::Device(DeviceError::OutOfMemory))
         );
         a.free(p).unwrap();
         a.empty_cache().unwrap();

@@ -29,6 +29,7 @@ pub mod async_backend;
 mod block;
 pub mod bytesize;
 pub mod config;
+mod error;
 mod expandable;
 mod free;
 mod free_set;
@@ -38,6 +39,7 @@ mod malloc;
 mod oom;
 mod pool;
 mod release;
+mod resource;
 pub mod size;
 pub mod snapshot;
 mod state;
@@ -49,8 +51,10 @@ pub use block::PoolKind;
 pub use bytesize::{ByteSizeError, parse_byte_size};
 pub use cachalot_device::{Device, DeviceError, MemInfo, StreamId};
 pub use config::{AllocConf, Backend, CachalotOptions, Settings};
+pub use error::{AllocError, Operation};
 pub use history::{History, TraceAction, TraceEntry};
-pub use oom::{AllocError, OomReport, format_size};
+pub use oom::{OomReport, format_size};
+pub use resource::MemoryResource;
 pub use snapshot::{BlockInfo, BlockState, MemorySnapshot, SegmentInfo};
 pub use stats::{DeviceStats, Stat, StatArray, StatType};
 
@@ -140,11 +144,9 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `torch.cuda.set_per_process_memory_fraction()`: limits reserved memory to
     /// `fraction` × device capacity; 1 removes the limit. Values outside [0, 1] are rejected.
-    pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), String> {
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), AllocError> {
         if !(0.0..=1.0).contains(&fraction) {
-            return Err(format!(
-                "invalid memory fraction {fraction}: expected a number in [0, 1]"
-            ));
+            return Err(AllocError::InvalidMemoryFraction { fraction });
         }
         self.lock().set_memory_fraction(fraction);
         Ok(())

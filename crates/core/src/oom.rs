@@ -1,6 +1,9 @@
-//! Errors of the allocator, and the out-of-memory report with torch 2.15's text.
+//! The out-of-memory report with torch 2.15's text (the errors are in `error.rs`).
 
-use cachalot_device::{DeviceError, StreamId};
+use cachalot_device::StreamId;
+
+// The paths import the error from here, next to the report it carries.
+pub(crate) use crate::error::AllocError;
 
 /// Formats a byte count as torch's `format_size` does: bytes up to 1 KiB, then KiB, MiB and
 /// GiB with two decimals.
@@ -75,35 +78,6 @@ impl std::fmt::Display for OomReport {
             f.write_str(" If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
         }
     }
-}
-
-/// Why an allocator call failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AllocError {
-    /// The request could not be served even after freeing the cache.
-    #[error("{0}")]
-    OutOfMemory(Box<OomReport>),
-    /// The request is larger than any device could hold and would overflow size arithmetic.
-    #[error(
-        "cannot allocate {size} bytes: requests above {max} bytes overflow the allocator's size rounding (torch 2.15 wraps around here)"
-    )]
-    InvalidSize {
-        /// The size asked for.
-        size: u64,
-        /// The largest size accepted.
-        max: u64,
-    },
-    /// `free` or `record_stream` of an address that is not a live allocation.
-    #[error(
-        "invalid device pointer: {ptr:#x} (not an allocation of this allocator, or already freed)"
-    )]
-    InvalidPointer {
-        /// The address passed in.
-        ptr: u64,
-    },
-    /// A device call failed for a reason other than lack of memory.
-    #[error("device error: {0}")]
-    Device(#[from] DeviceError),
 }
 
 #[cfg(test)]

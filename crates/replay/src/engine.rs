@@ -40,8 +40,6 @@ pub struct ReplayOptions {
     pub history_entries: Option<usize>,
     /// Take a memory snapshot (history and segments) where the replay ends.
     pub snapshot_at_end: bool,
-    /// `PYTORCH_NO_CUDA_MEMORY_CACHING=1`: every request goes straight to the device.
-    pub no_caching: bool,
 }
 
 impl Default for ReplayOptions {
@@ -57,7 +55,6 @@ impl Default for ReplayOptions {
             sample_every: 0,
             history_entries: None,
             snapshot_at_end: false,
-            no_caching: false,
         }
     }
 }
@@ -212,11 +209,13 @@ fn replay_inner(
         device.enable_log();
     }
     let tag = device.tag_handle();
-    let alloc = Target::new(&opts.conf, opts.no_caching, device)
+    let alloc = Target::new(opts.conf.clone(), device, 0)
         .map_err(|source| ReplayError { line: 0, source })?;
     if opts.history_entries.is_some() {
-        alloc.record_history(opts.history_entries);
+        // Only the caching allocator records; the direct backends replay without a history.
+        let _ = alloc.record_history(opts.history_entries);
     }
+    let backend = alloc.backend();
     let mut ptrs = vec![0u64; trace.slots as usize];
     let mut failed = vec![false; trace.slots as usize];
     let mut ooms = OomSummary::default();
@@ -239,7 +238,9 @@ fn replay_inner(
                 line,
             } => {
                 let stream = if opts.ignore_streams { 0 } else { stream };
-                match alloc.malloc(size, StreamId(stream as u64)) {
+                match (alloc.malloc(size, StreamId(stream as u64)))
+                    .map_err(|e| MallocError::of(e, backend))
+                {
                     Ok(p) => ptrs[slot as usize] = p,
                     Err(MallocError::OutOfMemory(report, message)) => {
                         failed[slot as usize] = true;
@@ -306,7 +307,7 @@ fn replay_inner(
     let wall_ns = start.elapsed().as_nanos();
     // Skipped frees are counted by the trace, not by what was replayed: an OOM'd allocation
     // whose free lies beyond an early stop is not counted.
-    let stats = alloc.stats();
+    let stats = alloc.stats().unwrap_or_default();
     let mem_info_at_end = alloc
         .with_device(cachalot_core::Device::mem_get_info)
         .map_err(|e| ReplayError {
@@ -314,7 +315,7 @@ fn replay_inner(
             source: e.into(),
         })?;
     let snapshot = if opts.snapshot_at_end {
-        alloc.snapshot()
+        alloc.snapshot().ok()
     } else {
         None
     };
@@ -329,7 +330,7 @@ fn replay_inner(
             .empty_cache()
             .map_err(|source| ReplayError { line: 0, source })?;
         Some(AfterEmptyCache {
-            stats: alloc.stats(),
+            stats: alloc.stats().unwrap_or_default(),
             phys_used: alloc.with_device(|d| d.phys_used()),
         })
     } else {

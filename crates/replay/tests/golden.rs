@@ -8,7 +8,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use cachalot_core::config::parse_pytorch;
+use cachalot_core::config::{Settings, parse_pytorch};
 use cachalot_replay::report::{ReportMeta, report_json, write_segments};
 use cachalot_replay::{ReplayOptions, load_rmm, replay};
 use cachalot_sim::SimConfig;
@@ -196,13 +196,19 @@ fn direct_backends_match_the_oracle() {
             if !id.contains(&filter) {
                 continue;
             }
-            let (conf, _) = parse_pytorch(sc["PYTORCH_CUDA_ALLOC_CONF"].as_str().unwrap()).unwrap();
+            // The scenario's environment, read through the one settings path.
+            let no_caching = sc["PYTORCH_NO_CUDA_MEMORY_CACHING"].as_bool().unwrap();
+            let env = |k: &str| match k {
+                "PYTORCH_CUDA_ALLOC_CONF" => sc[k].as_str().map(String::from),
+                "PYTORCH_NO_CUDA_MEMORY_CACHING" if no_caching => Some("1".into()),
+                _ => None,
+            };
+            let conf = Settings::from_env_with(env).unwrap().conf;
             let capacity = sc["FAKE_CUDA_CAPACITY"].as_u64().unwrap();
             let opts = ReplayOptions {
                 conf: conf.clone(),
                 sim: SimConfig::with_capacity(capacity),
                 log_segments: true,
-                no_caching: sc["PYTORCH_NO_CUDA_MEMORY_CACHING"].as_bool().unwrap(),
                 ..ReplayOptions::default()
             };
             let golden: Value = serde_json::from_str(
