@@ -1,0 +1,146 @@
+"""Runs inside the captured process: the user's program under the capture runtime.
+
+``cachalot capture -- python train.py ARGS`` starts
+``python -m cachalot.capture._boot train.py ARGS`` (or ``-m MOD`` / ``-c CODE``)
+with the runtime preloaded. This module turns torch's memory history on at
+CUDA's lazy init (so a ``PYTORCH_CUDA_ALLOC_CONF`` the script sets before its
+first CUDA call still counts), runs the program as ``__main__``, and at exit,
+also when it raises, writes the snapshot and a JSON sidecar that the launcher
+turns into the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+
+from ._env import DEFAULT_MAX_ENTRIES, ENV_MAX_ENTRIES, ENV_META, ENV_SNAPSHOT
+
+
+class _Session:
+    def __init__(self, torch):
+        self.torch = torch
+        self.max_entries = int(os.environ.get(ENV_MAX_ENTRIES) or DEFAULT_MAX_ENTRIES)
+        self.compile_calls = 0
+        self.started = time.perf_counter()
+        from .hostreads import HostReads
+
+        self.reads = HostReads()
+        self.reads.install(torch)
+        self._wrap_compile()
+        torch.cuda._lazy_call(self._start_history)
+
+    def _start_history(self):
+        self.torch.cuda.memory._record_memory_history(max_entries=self.max_entries, stacks="python")
+
+    def _wrap_compile(self):
+        # torch.compile's kernels cannot load on the capture runtime, so
+        # TORCH_COMPILE_DISABLE=1 makes compiled functions run eagerly; count
+        # the calls so that the report can say the prediction is eager memory.
+        torch = self.torch
+        orig = torch.compile
+        session = self
+
+        def compile(*args, **kwargs):
+            session.compile_calls += 1
+            return orig(*args, **kwargs)
+
+        compile.__wrapped__ = orig
+        torch.compile = compile
+
+    def finish(self, exit_code: int, error: str | None) -> None:
+        torch = self.torch
+        snap_path, meta_path = os.environ[ENV_SNAPSHOT], os.environ[ENV_META]
+        used_cuda = torch.cuda.is_initialized()
+        stats = torch.cuda.memory_stats() if used_cuda else {}
+        events = 0
+        if used_cuda:
+            snap = torch.cuda.memory._snapshot()
+            events = sum(len(t) for t in snap.get("device_traces", []))
+            tmp = snap_path + ".tmp"
+            import pickle
+
+            with open(tmp, "wb") as f:
+                pickle.dump(snap, f)
+            os.replace(tmp, snap_path)
+        warnings = self.reads.warnings()
+        if self.compile_calls:
+            warnings.append(
+                f"torch.compile was called {self.compile_calls}x: the capture runs compiled functions eagerly "
+                "(TORCH_COMPILE_DISABLE=1), so this predicts eager memory; Inductor's fused kernels usually "
+                "save less for backward"
+            )
+        if events >= self.max_entries:
+            warnings.append(
+                f"the history filled its {self.max_entries} entries and dropped the oldest: the peak may be "
+                f"missed; raise {ENV_MAX_ENTRIES}"
+            )
+        if stats.get("num_ooms", 0):
+            warnings.append("torch ran out of memory during the capture (a memory fraction in the allocator config?)")
+        meta = {
+            "torch": torch.__version__,
+            "device": torch.cuda.get_device_name() if used_cuda else None,
+            "used_cuda": used_cuda,
+            "events": events,
+            "exit_code": exit_code,
+            "error": error,
+            "seconds": round(time.perf_counter() - self.started, 3),
+            "torch_stats": {k: stats.get(k, 0) for k in (
+                "allocated_bytes.all.peak", "reserved_bytes.all.peak", "active_bytes.all.peak",
+                "requested_bytes.all.peak", "num_alloc_retries", "num_ooms", "num_device_alloc")},
+            "host_reads": {"unanswered": dict(self.reads.unanswered), "answered": dict(self.reads.answered),
+                           "bytes": self.reads.bytes_read},
+            "warnings": warnings,
+        }
+        tmp = meta_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(meta, f, indent=1)
+        os.replace(tmp, meta_path)
+
+
+def _run_user(argv: list[str]) -> None:
+    if not argv:
+        raise SystemExit("cachalot capture: nothing to run after `python`")
+    if argv[0] == "-m":
+        sys.argv = argv[1:]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    elif argv[0] == "-c":
+        sys.argv = ["-c", *argv[2:]]
+        code = compile(argv[1], "<string>", "exec")
+        exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+    else:
+        sys.argv = argv
+        # as `python SCRIPT` would have it: the script's folder first, not the cwd `-m` put there
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    if argv and argv[0] in ("-m", "-c") and len(argv) < 2:
+        print(f"cachalot capture: {argv[0]} needs an argument", file=sys.stderr)
+        return 2
+    os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
+    import torch
+
+    session = _Session(torch)
+    code, error = 0, None
+    try:
+        _run_user(argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)
+    except BaseException as e:  # the script failed: still write what was captured
+        traceback.print_exc()
+        code, error = 1, f"{type(e).__name__}: {e}"[:2000]
+    session.finish(code, error)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Host reads of device data during a capture.
+
+Nothing is computed under the capture runtime, so every device-to-host copy
+gives zeros. Where the program's control flow or a tensor's shape depends on
+such a value (``nonzero``, ``masked_select``, ``unique``, ``if x.item(): …``,
+a loop until a condition on the GPU holds), the captured stream may differ
+from a real run. This module
+
+* counts every device-to-host copy and names the source line that made it
+  (the first frame outside torch), so the report can warn about it, and
+* answers the few reads whose value is known without computing it, at call
+  sites it knows: Hugging Face ``generate()``'s stop check (no EOS token: done
+  when the sequence reaches ``max_length``), "is the attention mask all
+  ones?" and "are token ids negative?". These rules are our rendering of the
+  ones ``shared/fakegpu/fakegpu_util.py`` uses for its ground truth runs.
+
+The answers patch ``Tensor.__bool__`` and ``Tensor.item`` only; that changes
+no allocation (a dispatch mode would: measured by the fakegpu authors, +144
+allocations over two GPT-2 steps).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import linecache
+import sys
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+_D2H_CB = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_void_p)
+
+# (file suffix, source text at the read, answer or callable(frame) -> answer)
+_HF_GEN = "transformers/generation/utils.py"
+_HF_MASK = "transformers/masking_utils.py"
+
+
+def _hf_stop(frame):
+    loc = frame.f_locals
+    length, max_length = loc.get("length"), loc.get("max_length")
+    if max_length is None:
+        crit = loc.get("self")
+        max_length = getattr(crit, "max_length", None)
+    if length is None or max_length is None:
+        return None  # unknown: fall through to the zero the runtime gives
+    return length >= max_length
+
+
+RULES = [
+    (_HF_GEN, "unfinished_sequences.max() == 0", _hf_stop),
+    (_HF_GEN, '(model_kwargs["attention_mask"] == 1).all()', True),
+    (_HF_GEN, "(encoder_input_ids < 0).any()", False),
+    (_HF_MASK, "fast_all(padding_mask", True),
+]
+
+
+def _user_frame(f):
+    """The first frame outside torch and this package (torch.nn counts as user code)."""
+    while f is not None:
+        fn = f.f_code.co_filename
+        inside_torch = "/torch/" in fn and "/torch/nn/" not in fn
+        if not (inside_torch or fn == __file__ or "/cachalot/capture/" in fn):
+            return f
+        f = f.f_back
+    return None
+
+
+def _source(f) -> str:
+    fn = f.f_code.co_filename
+    text = linecache.getline(fn, f.f_lineno)
+    try:  # the whole instruction when it spans several lines
+        pos = list(f.f_code.co_positions())[f.f_lasti // 2]
+        if pos[0] and pos[1] and pos[1] >= pos[0]:
+            text = "".join(linecache.getline(fn, i) for i in range(pos[0], pos[1] + 1))
+    except (AttributeError, IndexError, ValueError):
+        pass
+    return " ".join(text.split())
+
+
+def _site(f) -> str:
+    if f is None:
+        return "<no Python frame>"
+    fn = f.f_code.co_filename.split("site-packages/")[-1]
+    return f"{fn}:{f.f_lineno}: {_source(f)[:160]}"
+
+
+@dataclass
+class HostReads:
+    """Sites that read device data, and the reads answered by a rule."""
+
+    unanswered: Counter = field(default_factory=Counter)
+    answered: Counter = field(default_factory=Counter)
+    bytes_read: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _answering: int = 0
+
+    def install(self, torch) -> None:
+        try:
+            lib = ctypes.CDLL("libcudart.so.13")
+            setter = lib.fakecuda_set_d2h_callback
+        except (OSError, AttributeError):
+            return  # not under the capture runtime: nothing to watch
+        self._cb = _D2H_CB(self._on_d2h)  # kept alive as long as the runtime may call it
+        setter.argtypes = [_D2H_CB, ctypes.c_void_p]
+        setter(self._cb, None)
+        self._patch(torch)
+
+    def _on_d2h(self, nbytes, _user) -> None:
+        with self._lock:
+            self.bytes_read += int(nbytes)
+            if self._answering:
+                return
+        try:
+            frame = sys._getframe(1)
+        except ValueError:  # a thread with no Python frames (autograd's device threads)
+            frame = None
+        site = _site(_user_frame(frame))
+        with self._lock:
+            self.unanswered[site] += 1
+
+    def _patch(self, torch) -> None:
+        T = torch.Tensor
+        orig_bool, orig_item = T.__bool__, T.item
+        reads = self
+
+        def answer(t, real):
+            f = _user_frame(sys._getframe(2))
+            if f is not None:
+                fn = f.f_code.co_filename
+                src = _source(f)
+                for suffix, code, value in RULES:
+                    if fn.endswith(suffix) and code in src:
+                        v = value(f) if callable(value) else value
+                        if v is None:
+                            break
+                        reads.answered[f"{suffix}: {code}"] += 1
+                        with reads._lock:
+                            reads._answering += 1
+                        try:
+                            real(t)  # the device read still happens, as on a GPU
+                        finally:
+                            with reads._lock:
+                                reads._answering -= 1
+                        return v
+            return real(t)
+
+        def __bool__(t):
+            return bool(answer(t, orig_bool)) if t.is_cuda else orig_bool(t)
+
+        def item(t):
+            return answer(t, orig_item) if t.is_cuda else orig_item(t)
+
+        T.__bool__, T.item = __bool__, item
+
+    def warnings(self) -> list[str]:
+        out = []
+        for site, n in self.unanswered.most_common(20):
+            out.append(f"device data read on the host {n}x (the capture computes nothing, the value read was 0; "
+                       f"if it steers control flow or a shape, the stream after it may differ): {site}")
+        if len(self.unanswered) > 20:
+            out.append(f"… and {len(self.unanswered) - 20} more sites that read device data")
+        return out
