@@ -75,7 +75,7 @@ def capture(case: str, out: Path, python: str) -> dict:
     p = subprocess.run([python, "-c", "import sys; from cachalot.capture import main; sys.exit(main())",
                         "-o", str(out / f"{case}.pickle"), "--json", "--",
                         python, str(REPO / "scripts" / "capture_workload.py"), case],
-                       env=env, capture_output=True, text=True)
+                       env=env, capture_output=True, text=True, check=False)
     if p.returncode != 0:
         raise SystemExit(f"capture of {case} failed:\n{p.stderr[-3000:]}")
     res = json.loads(p.stdout)
@@ -92,7 +92,7 @@ def replay_peak_reserved(trace: str, conf: str) -> int:
 def oracle_fits(csv: Path, capacity: int) -> bool:
     env = dict(os.environ, FAKE_CUDA_CAPACITY=str(capacity))
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    p = subprocess.run([str(ORACLE), str(csv)], capture_output=True, text=True, env=env)
+    p = subprocess.run([str(ORACLE), str(csv)], capture_output=True, text=True, env=env, check=False)
     if p.returncode not in (0, 1):
         raise SystemExit(f"oracle failed on {csv}: {p.stderr[-500:]}")
     return json.loads(p.stdout)["num_ooms"] == 0
@@ -145,10 +145,11 @@ def row(case: str, out: Path, python: str, real: bool) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    g = lambda b: f"{b / GiB:.3f}"  # noqa: E731
-    lines = ["| case | peak allocated GiB pred / meas (err) | peak reserved GiB, default: pred / meas (err) | "
-             "peak reserved GiB, expandable: pred / meas (err) | min capacity GiB pred / true (diff MiB) | "
-             "capture s | rules |",
+    g = lambda b: f"{b / GiB:.3f}"
+    head = ("| case | peak allocated GiB pred / meas (err) | peak reserved GiB, default: pred / meas (err) | "
+            "peak reserved GiB, expandable: pred / meas (err) | min capacity GiB pred / true (diff MiB) | "
+            "capture s | rules |")
+    lines = [head,
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(

@@ -27,7 +27,7 @@ from pathlib import Path
 from . import _env, analysis, build, gpus
 from .analysis import Prediction
 
-__all__ = ["capture", "Prediction", "CaptureError", "main"]
+__all__ = ["CaptureError", "Prediction", "capture", "main"]
 
 
 class CaptureError(RuntimeError):
@@ -82,9 +82,10 @@ class capture:
         self.trace: str | None = None
         self._reads = None
 
-    def __enter__(self) -> capture:
-        if os.environ.get(_env.ENV_ACTIVE):
-            if os.environ[_env.ENV_ACTIVE] != self.gpu.key:
+    def __enter__(self) -> capture:  # noqa: PYI034 (a plain class, no subclasses)
+        launched = os.environ.get(_env.ENV_ACTIVE)  # history has run since CUDA's init
+        if launched:
+            if launched != self.gpu.key:
                 raise CaptureError(f"this process runs as {os.environ[_env.ENV_ACTIVE]!r} (cachalot capture "
                                    f"--gpu); capture(gpu={self.gpu.key!r}) cannot change that")
             import torch
@@ -108,8 +109,10 @@ class capture:
                     "bound to the real CUDA libraries: enter the capture before `import torch`, or run the "
                     "script under `cachalot capture -- python SCRIPT`")
         self._torch = torch
-        if not os.environ.get(_env.ENV_ACTIVE):  # under `cachalot capture` it runs since CUDA's init
-            torch.cuda.memory._record_memory_history(max_entries=_env.DEFAULT_MAX_ENTRIES, stacks="python")
+        if not launched:
+            # at CUDA's lazy init (now, if it happened already): history enabled earlier is lost
+            torch.cuda._lazy_call(lambda: torch.cuda.memory._record_memory_history(
+                max_entries=_env.DEFAULT_MAX_ENTRIES, stacks="python"))
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -138,3 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     from .launch import main as launch_main
 
     return launch_main(argv)
+
+
+class _CallableModule(type(sys)):
+    """Lets ``cachalot.capture(gpu=…)`` be called while ``cachalot.capture.gpus`` stays a module path."""
+
+    def __call__(self, *args, **kwargs) -> capture:
+        return capture(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

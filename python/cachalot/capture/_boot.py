@@ -111,7 +111,7 @@ def _run_user(argv: list[str]) -> None:
     elif argv[0] == "-c":
         sys.argv = ["-c", *argv[2:]]
         code = compile(argv[1], "<string>", "exec")
-        exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+        exec(code, {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102 (python -c)
     else:
         sys.argv = argv
         # as `python SCRIPT` would have it: the script's folder first, not the cwd `-m` put there
@@ -135,7 +135,7 @@ def main() -> int:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if not isinstance(e.code, (int, type(None))):
             print(e.code, file=sys.stderr)
-    except BaseException as e:  # the script failed: still write what was captured
+    except BaseException as e:  # noqa: BLE001 (the script failed: still write what was captured)
         traceback.print_exc()
         code, error = 1, f"{type(e).__name__}: {e}"[:2000]
     session.finish(code, error)

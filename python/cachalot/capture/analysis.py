@@ -29,11 +29,11 @@ def engine() -> list[str]:
     explicit = os.environ.get("CACHALOT_CLI")
     if explicit:
         return [explicit]
-    repo = Path(__file__).resolve().parents[3]
-    for build in ("release", "debug"):
-        cand = repo / "target" / build / "cachalot"
-        if cand.is_file() and os.access(cand, os.X_OK):
-            return [str(cand)]
+    repo = Path(__file__).resolve().parents[3]  # a source checkout: the newest cargo build
+    built = [p for p in (repo / "target" / b / "cachalot" for b in ("release", "debug"))
+             if p.is_file() and os.access(p, os.X_OK)]
+    if built:
+        return [str(max(built, key=lambda p: p.stat().st_mtime))]
     found = shutil.which("cachalot")
     if found:
         return [found]
@@ -46,7 +46,7 @@ def _json(args: list[str], conf: str | None) -> dict:
     cmd = engine() + args
     if conf is not None:
         cmd += ["--conf", conf]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if p.returncode != 0:
         raise AnalysisError(f"{' '.join(cmd)} failed (exit {p.returncode}): {p.stderr.strip()[-2000:]}")
     try:
@@ -109,7 +109,7 @@ class Prediction:
         return asdict(self)
 
     def report(self) -> str:
-        g = lambda b: f"{b / GiB:.2f} GiB"  # noqa: E731
+        g = lambda b: f"{b / GiB:.2f} GiB"
         conf = f"PYTORCH_CUDA_ALLOC_CONF={self.conf}" if self.conf else "torch's default config"
         lines = [
             f"peak allocated      {g(self.peak_allocated)}",
@@ -125,8 +125,11 @@ class Prediction:
         tuned = self.tuned_conf or "(torch's default; unset PYTORCH_CUDA_ALLOC_CONF)"
         verdict = "fits" if self.tuned_fits else "still does not fit"
         lines.append(f"config to use       {tuned}   [{verdict}; {self.tune_reason}]")
-        lines.append(f"needs at least      {g(self.min_capacity)} as configured, "
-                     f"{g(self.best_min_capacity)} with {self.best_min_conf or 'the default config'}")
+        if self.best_min_conf == self.conf:
+            lines.append(f"needs at least      {g(self.min_capacity)} (as configured; no config tried needs less)")
+        else:
+            lines.append(f"needs at least      {g(self.min_capacity)} as configured, "
+                         f"{g(self.best_min_capacity)} with {self.best_min_conf or 'the default config'}")
         lines.append(f"smallest GPU        {self.smallest_gpu or 'none in the table'}"
                      + ("" if not self.smallest_gpu else
                         f" (captured as {self.gpu}; kernels differ by GPU: capture with --gpu to check it)"))

@@ -118,7 +118,7 @@ def _tool(name: str, env_var: str | None = None) -> str:
 
 
 def _run(cmd: list[str], what: str) -> str:
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if p.returncode != 0:
         tail = (p.stderr or p.stdout).strip().splitlines()[-15:]
         raise BuildError(f"{what} failed (exit {p.returncode}): {' '.join(cmd[:3])} …\n" + "\n".join(tail))
@@ -221,7 +221,7 @@ class _Builder:
         self.cxxflags = ["-O2", "-fPIC", "-std=c++17", "-w"]
 
     def _nm(self, args: list[str], path: Path) -> list[str]:
-        p = subprocess.run([self.nm, *args, str(path)], capture_output=True, text=True)
+        p = subprocess.run([self.nm, *args, str(path)], capture_output=True, text=True, check=False)
         return p.stdout.splitlines() if p.returncode == 0 else []
 
     def torch_imports(self, soname: str) -> set[str]:
@@ -295,7 +295,7 @@ class _Builder:
         # 3. libcuda.so.1: trampolines from the driver symbols torch links into the fake cudart.
         wanted = {"cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuGetErrorName"}
         for so in (t.torch_dir / "lib").glob("*.so"):
-            dyn = subprocess.run([_tool("readelf"), "-d", str(so)], capture_output=True, text=True).stdout
+            dyn = subprocess.run([_tool("readelf"), "-d", str(so)], capture_output=True, text=True, check=False).stdout
             if "[libcuda.so.1]" in dyn:
                 for line in self._nm(["-D", "--undefined-only"], so):
                     name = line.split()[-1].split("@")[0]

@@ -36,14 +36,23 @@ _HF_MASK = "transformers/masking_utils.py"
 
 
 def _hf_stop(frame):
-    loc = frame.f_locals
-    length, max_length = loc.get("length"), loc.get("max_length")
-    if max_length is None:
-        crit = loc.get("self")
+    """generate()'s "all sequences finished?": without an EOS hit, when `length` reaches max_length.
+
+    `length` is StopCheck's argument; max_length comes from the decoding loop that called it
+    (its `stopping_criteria`, else its `generation_config`). An EOS token that a real run may
+    sample earlier cannot be known here: this answers with the longest generation.
+    """
+    length = frame.f_locals.get("length")
+    f = frame.f_back
+    while f is not None and length is not None:
+        crit = f.f_locals.get("stopping_criteria")
         max_length = getattr(crit, "max_length", None)
-    if length is None or max_length is None:
-        return None  # unknown: fall through to the zero the runtime gives
-    return length >= max_length
+        if max_length is None:
+            max_length = getattr(f.f_locals.get("generation_config"), "max_length", None)
+        if max_length is not None:
+            return length >= max_length
+        f = f.f_back
+    return None  # unknown: the read gives the runtime's zero
 
 
 RULES = [
@@ -154,6 +163,10 @@ class HostReads:
 
     def warnings(self) -> list[str]:
         out = []
+        for rule, n in self.answered.items():
+            note = ("; generate() is taken to run to max_length (a sampled EOS token would stop it "
+                    "earlier)" if "unfinished_sequences" in rule else "")
+            out.append(f"answered {n} host reads of device data at a known call site ({rule}){note}")
         for site, n in self.unanswered.most_common(20):
             out.append(f"device data read on the host {n}x (the capture computes nothing, the value read was 0; "
                        f"if it steers control flow or a shape, the stream after it may differ): {site}")

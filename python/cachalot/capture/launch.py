@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         (work / "path").mkdir()
         (work / "path" / "cachalot").symlink_to(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = str(work / "path") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        child = subprocess.run([python, "-m", "cachalot.capture._boot", *cmd[1:]], env=env)
+        child = subprocess.run([python, "-m", "cachalot.capture._boot", *cmd[1:]], env=env, check=False)
         if not meta_path.exists():
             print(f"cachalot capture: the program ended (exit {child.returncode}) before the capture could "
                   "write its result", file=sys.stderr)
@@ -148,7 +148,7 @@ def write_trace(snapshot: Path, output: str) -> str:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
     if dest.suffix == ".csv":
-        p = subprocess.run(analysis.engine() + ["convert", str(snapshot), str(tmp)], capture_output=True, text=True)
+        p = subprocess.run(analysis.engine() + ["convert", str(snapshot), str(tmp)], capture_output=True, text=True, check=False)
         if p.returncode != 0:
             raise analysis.AnalysisError(f"converting the capture to CSV failed: {p.stderr.strip()[-1000:]}")
     else:
