@@ -39,7 +39,9 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CACHALOT_SHARED", REPO.parent / "shared"))
 FAKEGPU = SHARED / "fakegpu"
 ORACLE = SHARED / "oracle" / "oracle"
-CASES = [f"{m}_{p}" for m in ("gpt2", "llama", "bert", "vit_b_16", "resnet50") for p in ("fp32", "bf16")]
+CASES = [
+    f"{m}_{p}" for m in ("gpt2", "llama", "bert", "vit_b_16", "resnet50") for p in ("fp32", "bf16")
+]
 CASES.append("gpt2_generate")
 STEP = 64 << 20
 EXPANDABLE = "expandable_segments:True"
@@ -62,8 +64,13 @@ def measure(case: str, out: Path, python: str, conf: str | None, real: bool) -> 
     if conf:
         env["PYTORCH_CUDA_ALLOC_CONF"] = conf
     runner = [python] if real else [str(FAKEGPU / "run.sh")]
-    subprocess.run(runner + [str(FAKEGPU / "train_snapshots.py"), str(out), "--cases", case, "--stacks", "python"],
-                   env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        runner
+        + [str(FAKEGPU / "train_snapshots.py"), str(out), "--cases", case, "--stacks", "python"],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return json.loads((out / f"{case}.json").read_text())
 
 
@@ -72,10 +79,24 @@ def capture(case: str, out: Path, python: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"), CACHALOT_CLI=cli()[0])
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     t0 = time.perf_counter()
-    p = subprocess.run([python, "-c", "import sys; from cachalot.capture import main; sys.exit(main())",
-                        "-o", str(out / f"{case}.pickle"), "--json", "--",
-                        python, str(REPO / "scripts" / "capture_workload.py"), case],
-                       env=env, capture_output=True, text=True, check=False)
+    p = subprocess.run(
+        [
+            python,
+            "-c",
+            "import sys; from cachalot.capture import main; sys.exit(main())",
+            "-o",
+            str(out / f"{case}.pickle"),
+            "--json",
+            "--",
+            python,
+            str(REPO / "scripts" / "capture_workload.py"),
+            case,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if p.returncode != 0:
         raise SystemExit(f"capture of {case} failed:\n{p.stderr[-3000:]}")
     res = json.loads(p.stdout)
@@ -84,15 +105,21 @@ def capture(case: str, out: Path, python: str) -> dict:
 
 
 def replay_peak_reserved(trace: str, conf: str) -> int:
-    p = subprocess.run(cli() + ["replay", trace, "--capacity", str(1 << 40), "--conf", conf, "--json"],
-                       capture_output=True, text=True, check=True)
+    p = subprocess.run(
+        cli() + ["replay", trace, "--capacity", str(1 << 40), "--conf", conf, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(json.loads(p.stdout)["peak"]["reserved_bytes"])
 
 
 def oracle_fits(csv: Path, capacity: int) -> bool:
     env = dict(os.environ, FAKE_CUDA_CAPACITY=str(capacity))
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    p = subprocess.run([str(ORACLE), str(csv)], capture_output=True, text=True, env=env, check=False)
+    p = subprocess.run(
+        [str(ORACLE), str(csv)], capture_output=True, text=True, env=env, check=False
+    )
     if p.returncode not in (0, 1):
         raise SystemExit(f"oracle failed on {csv}: {p.stderr[-500:]}")
     return json.loads(p.stdout)["num_ooms"] == 0
@@ -127,53 +154,71 @@ def row(case: str, out: Path, python: str, real: bool) -> dict:
     cap = capture(case, out / "captured", python)
     r = {
         "case": case,
-        "alloc_pred": cap["peak_allocated"], "alloc_meas": truth["peaks"]["allocated_peak"],
-        "res_pred": cap["peak_reserved"], "res_meas": truth["peaks"]["reserved_peak"],
+        "alloc_pred": cap["peak_allocated"],
+        "alloc_meas": truth["peaks"]["allocated_peak"],
+        "res_pred": cap["peak_reserved"],
+        "res_meas": truth["peaks"]["reserved_peak"],
         "res_exp_pred": replay_peak_reserved(cap["trace"], EXPANDABLE),
         "res_exp_meas": truth_exp["peaks"]["reserved_peak"],
         "min_pred": cap["min_capacity"],
-        "min_true": true_min_capacity(out / "measured" / f"{case}.pickle", truth["peaks"]["reserved_peak"]),
-        "events_pred": cap["events"], "capture_s": cap["seconds"], "capture_wall_s": cap["wall_s"],
+        "min_true": true_min_capacity(
+            out / "measured" / f"{case}.pickle", truth["peaks"]["reserved_peak"]
+        ),
+        "events_pred": cap["events"],
+        "capture_s": cap["seconds"],
+        "capture_wall_s": cap["wall_s"],
         "warnings": cap["warnings"],
     }
-    r["ok"] = (abs(err(r["alloc_pred"], r["alloc_meas"])) <= 1.0
-               and abs(err(r["res_pred"], r["res_meas"])) <= 2.0
-               and abs(err(r["res_exp_pred"], r["res_exp_meas"])) <= 2.0
-               and abs(err(r["min_pred"], r["min_true"])) <= 2.0
-               and r["min_pred"] >= r["min_true"] - STEP)
+    r["ok"] = (
+        abs(err(r["alloc_pred"], r["alloc_meas"])) <= 1.0
+        and abs(err(r["res_pred"], r["res_meas"])) <= 2.0
+        and abs(err(r["res_exp_pred"], r["res_exp_meas"])) <= 2.0
+        and abs(err(r["min_pred"], r["min_true"])) <= 2.0
+        and r["min_pred"] >= r["min_true"] - STEP
+    )
     return r
 
 
 def table(rows: list[dict]) -> str:
     g = lambda b: f"{b / GiB:.3f}"
-    head = ("| case | peak allocated GiB pred / meas (err) | peak reserved GiB, default: pred / meas (err) | "
-            "peak reserved GiB, expandable: pred / meas (err) | min capacity GiB pred / true (diff MiB) | "
-            "capture s | rules |")
-    lines = [head,
-             "|---|---|---|---|---|---|---|"]
+    head = (
+        "| case | peak allocated GiB pred / meas (err) | peak reserved GiB, default: pred / meas (err) | "
+        "peak reserved GiB, expandable: pred / meas (err) | min capacity GiB pred / true (diff MiB) | "
+        "capture s | rules |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r['case']} | {g(r['alloc_pred'])} / {g(r['alloc_meas'])} ({err(r['alloc_pred'], r['alloc_meas']):+.2f} %) "
             f"| {g(r['res_pred'])} / {g(r['res_meas'])} ({err(r['res_pred'], r['res_meas']):+.2f} %) "
             f"| {g(r['res_exp_pred'])} / {g(r['res_exp_meas'])} ({err(r['res_exp_pred'], r['res_exp_meas']):+.2f} %) "
             f"| {g(r['min_pred'])} / {g(r['min_true'])} ({(r['min_pred'] - r['min_true']) / (1 << 20):+.0f}) "
-            f"| {r['capture_s']:.1f} | {'ok' if r['ok'] else 'BROKEN'} |")
+            f"| {r['capture_s']:.1f} | {'ok' if r['ok'] else 'BROKEN'} |"
+        )
     return "\n".join(lines)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("out")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--python", default=os.path.expanduser("~/.cache/cachalot-torch/bin/python"))
-    ap.add_argument("--real", action="store_true", help="measure on this machine's real GPU instead of the fake one")
+    ap.add_argument(
+        "--real",
+        action="store_true",
+        help="measure on this machine's real GPU instead of the fake one",
+    )
     args = ap.parse_args()
     out = Path(args.out)
     rows = []
     for case in args.cases.split(","):
         r = row(case, out, args.python, args.real)
-        print(f"{case}: {'ok' if r['ok'] else 'BROKEN'}  {json.dumps({k: v for k, v in r.items() if k != 'warnings'})}",
-              flush=True)
+        print(
+            f"{case}: {'ok' if r['ok'] else 'BROKEN'}  {json.dumps({k: v for k, v in r.items() if k != 'warnings'})}",
+            flush=True,
+        )
         rows.append(r)
     (out / "accuracy.json").write_text(json.dumps(rows, indent=1))
     md = table(rows)

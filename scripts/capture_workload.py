@@ -16,7 +16,9 @@ import argparse
 import os
 import sys
 
-FAKEGPU = os.environ.get("FAKEGPU_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fakegpu"))
+FAKEGPU = os.environ.get(
+    "FAKEGPU_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fakegpu")
+)
 sys.path.insert(0, os.path.abspath(FAKEGPU))
 
 
@@ -62,16 +64,25 @@ def generate() -> None:
     for n in ts.GEN["prompt_lens"]:
         ids = torch.randint(0, cfg.vocab_size, (1, n), generator=gen)
         with torch.no_grad():
-            out = model.generate(ids.to("cuda"), attention_mask=torch.ones_like(ids).to("cuda"),
-                                 max_new_tokens=ts.GEN["max_new_tokens"], do_sample=False, use_cache=True)
+            out = model.generate(
+                ids.to("cuda"),
+                attention_mask=torch.ones_like(ids).to("cuda"),
+                max_new_tokens=ts.GEN["max_new_tokens"],
+                do_sample=False,
+                use_cache=True,
+            )
         if out.shape != (1, n + ts.GEN["max_new_tokens"]):
             raise SystemExit(f"generate stopped early: {tuple(out.shape)}")
         del out
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("case", help="<model>_<fp32|bf16> (gpt2, llama, bert, vit_b_16, resnet50) or gpt2_generate")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "case", help="<model>_<fp32|bf16> (gpt2, llama, bert, vit_b_16, resnet50) or gpt2_generate"
+    )
     ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args()
     if args.case == "gpt2_generate":

@@ -7,7 +7,8 @@ which `PYTORCH_CUDA_ALLOC_CONF` makes your job fit.
 Importing this package never imports torch; `cachalot.torch` and `cachalot.recording` do.
 """
 
+from cachalot import capture
 from cachalot._native import __version__
 from cachalot.record import recording
 
-__all__ = ["__version__", "recording"]
+__all__ = ["__version__", "capture", "recording"]

@@ -21,6 +21,10 @@ PY_COMMANDS: dict[str, tuple[str, str]] = {
         "cachalot.record:main",
         "Run a PyTorch script unchanged with torch's memory history on, and write a snapshot",
     ),
+    "capture": (
+        "cachalot.capture:main",
+        "Predict a PyTorch script's GPU memory without a GPU (simulated CUDA, nothing computed)",
+    ),
 }
 
 

@@ -43,13 +43,23 @@ reads = fu.HostReadOracle(fu.generate_rules(lambda: 32 + 8)) if TRUTH else None
 with torch.no_grad():
     if reads:
         with reads:
-            out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False)
+            out = model.generate(
+                prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False
+            )
     else:
-        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False)
+        out = model.generate(
+            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False
+        )
 assert out.shape == (1, 40), out.shape  # the KV-cache loop ran its 8 steps
 
 if TRUTH:
     st = torch.cuda.memory_stats()
     torch.cuda.memory._dump_snapshot(os.path.join(TRUTH, "truth.pickle"))
     with open(os.path.join(TRUTH, "truth.json"), "w") as f:
-        json.dump({"allocated": st["allocated_bytes.all.peak"], "reserved": st["reserved_bytes.all.peak"]}, f)
+        json.dump(
+            {
+                "allocated": st["allocated_bytes.all.peak"],
+                "reserved": st["reserved_bytes.all.peak"],
+            },
+            f,
+        )

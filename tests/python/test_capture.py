@@ -24,7 +24,8 @@ sys.path.insert(0, str(PY_SRC))
 from cachalot.capture import analysis, build, gpus
 
 SHARED = Path(os.environ.get("CACHALOT_SHARED", REPO.parent / "shared"))
-TORCH_PY = os.environ.get("CACHALOT_TORCH_PYTHON", os.path.expanduser("~/.cache/cachalot-torch/bin/python"))
+VENV = os.environ.get("CACHALOT_VENV", os.path.expanduser("~/.cache/cachalot-torch"))
+TORCH_PY = os.environ.get("CACHALOT_TORCH_PYTHON", os.path.join(VENV, "bin", "python"))
 STEP = 64 << 20
 EXPANDABLE = "expandable_segments:True"
 
@@ -32,7 +33,9 @@ EXPANDABLE = "expandable_segments:True"
 def _torch_python() -> str:
     if not os.path.exists(TORCH_PY):
         pytest.skip(f"no torch venv at {TORCH_PY} (set CACHALOT_TORCH_PYTHON)")
-    p = subprocess.run([TORCH_PY, "-c", "import torch, transformers"], capture_output=True, check=False)
+    p = subprocess.run(
+        [TORCH_PY, "-c", "import torch, transformers"], capture_output=True, check=False
+    )
     if p.returncode != 0:
         pytest.skip(f"{TORCH_PY} cannot import torch and transformers")
     return TORCH_PY
@@ -48,8 +51,13 @@ def _engine() -> None:
 def _run_capture(args: list[str], env_extra: dict | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(PY_SRC), **(env_extra or {}))
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    return subprocess.run([TORCH_PY, "-c", "import sys; from cachalot.capture import main; sys.exit(main())", *args],
-                          env=env, capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [TORCH_PY, "-m", "cachalot", "capture", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +67,9 @@ def truth(tmp_path_factory):
     fakegpu = SHARED / "fakegpu"
     if not (fakegpu / "run.sh").exists():
         pytest.skip(f"no fake GPU at {fakegpu}")
-    build_dir = Path(os.environ.get("FAKEGPU_BUILD", os.path.expanduser("~/.cache/cachalot-fakegpu")))
+    build_dir = Path(
+        os.environ.get("FAKEGPU_BUILD", os.path.expanduser("~/.cache/cachalot-fakegpu"))
+    )
     env = dict(os.environ, PYTHON=py, FAKEGPU_DIR=str(fakegpu), FAKEGPU_BUILD=str(build_dir))
     if not (build_dir / "libcudnn.so.9").exists():
         subprocess.run([str(fakegpu / "build.sh")], env=env, check=True, capture_output=True)
@@ -70,8 +80,13 @@ def truth(tmp_path_factory):
         e.pop("PYTORCH_CUDA_ALLOC_CONF", None)
         if conf:
             e["PYTORCH_CUDA_ALLOC_CONF"] = conf
-        p = subprocess.run([str(fakegpu / "run.sh"), str(Path(__file__).with_name("capture_small.py"))],
-                           env=e, capture_output=True, text=True, check=False)
+        p = subprocess.run(
+            [str(fakegpu / "run.sh"), str(Path(__file__).with_name("capture_small.py"))],
+            env=e,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert p.returncode == 0, p.stderr[-3000:]
         out[name] = json.loads((d / "truth.json").read_text())
         out[name]["snapshot"] = str(d / "truth.pickle")
@@ -83,8 +98,18 @@ def captured(tmp_path_factory):
     _torch_python()
     _engine()
     d = tmp_path_factory.mktemp("capture")
-    p = _run_capture(["-o", str(d / "small.pickle"), "--json", "--gpu", "h100", "--",
-                      TORCH_PY, str(Path(__file__).with_name("capture_small.py"))])
+    p = _run_capture(
+        [
+            "-o",
+            str(d / "small.pickle"),
+            "--json",
+            "--gpu",
+            "h100",
+            "--",
+            TORCH_PY,
+            str(Path(__file__).with_name("capture_small.py")),
+        ]
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout)
 
@@ -106,7 +131,9 @@ def test_min_capacity_matches_torchs_allocator(truth, captured):
     sys.path.insert(0, str(REPO / "scripts"))
     import capture_accuracy  # bisection with torch's own allocator (shared/oracle)
 
-    true = capture_accuracy.true_min_capacity(Path(truth["default"]["snapshot"]), truth["default"]["reserved"])
+    true = capture_accuracy.true_min_capacity(
+        Path(truth["default"]["snapshot"]), truth["default"]["reserved"]
+    )
     pred = captured["min_capacity"]
     assert _pct(pred, true) <= 2.0, (pred, true)
     assert pred >= true - STEP, (pred, true)
@@ -115,7 +142,9 @@ def test_min_capacity_matches_torchs_allocator(truth, captured):
 def test_the_answer_is_complete_and_consistent(captured):
     assert captured["fits"] is True and captured["num_ooms"] == 0
     assert captured["gpu"] == "h100" and captured["torch"].startswith("2.15")
-    assert captured["peak_allocated"] <= captured["peak_reserved"] <= captured["min_capacity"] + STEP
+    assert (
+        captured["peak_allocated"] <= captured["peak_reserved"] <= captured["min_capacity"] + STEP
+    )
     assert captured["best_min_capacity"] <= captured["min_capacity"]
     assert captured["smallest_gpu"] == gpus.smallest_fitting(captured["best_min_capacity"]).key
     # torch's own allocator ran in the captured process under the same (default) config
@@ -127,7 +156,9 @@ def test_a_data_dependent_shape_is_named(tmp_path):
     _torch_python()
     _engine()
     script = tmp_path / "nz.py"
-    script.write_text("import torch\nx = torch.randn(1000, device='cuda')\nidx = torch.nonzero(x > 0)\n")
+    script.write_text(
+        "import torch\nx = torch.randn(1000, device='cuda')\nidx = torch.nonzero(x > 0)\n"
+    )
     p = _run_capture(["-o", str(tmp_path / "nz.pickle"), "--json", "--", TORCH_PY, str(script)])
     assert p.returncode == 0, p.stderr[-2000:]
     warnings = json.loads(p.stdout)["warnings"]
@@ -138,7 +169,9 @@ def test_a_failing_script_still_answers_and_keeps_its_exit_status(tmp_path):
     _torch_python()
     _engine()
     script = tmp_path / "fail.py"
-    script.write_text("import torch\nx = torch.empty(1 << 30, device='cuda')\nraise SystemExit(3)\n")
+    script.write_text(
+        "import torch\nx = torch.empty(1 << 30, dtype=torch.uint8, device='cuda')\nraise SystemExit(3)\n"
+    )
     p = _run_capture(["-o", str(tmp_path / "fail.pickle"), "--", TORCH_PY, str(script)])
     assert p.returncode == 3, p.stderr[-2000:]
     assert "peak allocated      1.00 GiB" in p.stdout
@@ -148,10 +181,14 @@ def test_other_gpus_change_what_torch_is_told(tmp_path):
     _torch_python()
     _engine()
     script = tmp_path / "dev.py"
-    script.write_text("import torch\nx = torch.empty(1, device='cuda')\n"
-                      "p = torch.cuda.get_device_properties(0)\n"
-                      "print(p.name, p.major, p.minor, p.multi_processor_count, p.total_memory)\n")
-    p = _run_capture(["-o", str(tmp_path / "dev.pickle"), "--gpu", "a100-40gb", "--", TORCH_PY, str(script)])
+    script.write_text(
+        "import torch\nx = torch.empty(1, device='cuda')\n"
+        "p = torch.cuda.get_device_properties(0)\n"
+        "print(p.name, p.major, p.minor, p.multi_processor_count, p.total_memory)\n"
+    )
+    p = _run_capture(
+        ["-o", str(tmp_path / "dev.pickle"), "--gpu", "a100-40gb", "--", TORCH_PY, str(script)]
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     g = gpus.lookup("a100-40gb")
     assert f"{g.name} 8 0 108 {g.memory}" in p.stdout
@@ -169,17 +206,29 @@ def test_usage_errors_say_what_is_valid(tmp_path):
 def test_no_compiler_is_a_clear_error(tmp_path):
     py = _torch_python()
     env = dict(os.environ, PYTHONPATH=str(PY_SRC), CACHALOT_CACHE=str(tmp_path), CXX="no-such-cxx")
-    p = subprocess.run([py, "-c", "from cachalot.capture import build; build.ensure_runtime()"],
-                       env=env, capture_output=True, text=True, check=False)
+    p = subprocess.run(
+        [py, "-c", "from cachalot.capture import build; build.ensure_runtime()"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert p.returncode != 0
     assert "needs a C++17 compiler" in p.stderr and "'no-such-cxx' was not found" in p.stderr
-    assert not any(tmp_path.glob("capture-runtime/*/libcudart.so.13")), "a failed build left a runtime behind"
+    assert not any(tmp_path.glob("capture-runtime/*/libcudart.so.13")), (
+        "a failed build left a runtime behind"
+    )
 
 
 def test_importing_capture_does_not_import_torch():
     code = "import sys, cachalot.capture as c; assert callable(c); print('torch' in sys.modules)"
-    p = subprocess.run([sys.executable, "-c", code],
-                       env=dict(os.environ, PYTHONPATH=str(PY_SRC)), capture_output=True, text=True, check=False)
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, PYTHONPATH=str(PY_SRC)),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "False"
 

@@ -74,8 +74,14 @@ class capture:
     tuned config, smallest GPU), ``cap.trace`` (the snapshot file).
     """
 
-    def __init__(self, gpu: str = "h100", output: str | None = None, conf: str | None = None,
-                 reserve: int = 0, report: bool = True):
+    def __init__(
+        self,
+        gpu: str = "h100",
+        output: str | None = None,
+        conf: str | None = None,
+        reserve: int = 0,
+        report: bool = True,
+    ):
         self.gpu = gpus.lookup(gpu)
         self.output, self.conf, self.reserve, self.print_report = output, conf, reserve, report
         self.prediction: Prediction | None = None
@@ -86,8 +92,10 @@ class capture:
         launched = os.environ.get(_env.ENV_ACTIVE)  # history has run since CUDA's init
         if launched:
             if launched != self.gpu.key:
-                raise CaptureError(f"this process runs as {os.environ[_env.ENV_ACTIVE]!r} (cachalot capture "
-                                   f"--gpu); capture(gpu={self.gpu.key!r}) cannot change that")
+                raise CaptureError(
+                    f"this process runs as {os.environ[_env.ENV_ACTIVE]!r} (cachalot capture "
+                    f"--gpu); capture(gpu={self.gpu.key!r}) cannot change that"
+                )
             import torch
         elif "torch" not in sys.modules:
             try:
@@ -107,19 +115,25 @@ class capture:
                 raise CaptureError(
                     "torch was imported before cachalot.capture() and this machine has no GPU, so torch is "
                     "bound to the real CUDA libraries: enter the capture before `import torch`, or run the "
-                    "script under `cachalot capture -- python SCRIPT`")
+                    "script under `cachalot capture -- python SCRIPT`"
+                )
         self._torch = torch
         if not launched:
             # at CUDA's lazy init (now, if it happened already): history enabled earlier is lost
-            torch.cuda._lazy_call(lambda: torch.cuda.memory._record_memory_history(
-                max_entries=_env.DEFAULT_MAX_ENTRIES, stacks="python"))
+            torch.cuda._lazy_call(
+                lambda: torch.cuda.memory._record_memory_history(
+                    max_entries=_env.DEFAULT_MAX_ENTRIES, stacks="python"
+                )
+            )
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         torch = self._torch
         snap = torch.cuda.memory._snapshot()
         stats = torch.cuda.memory_stats()
-        out = self.output or os.path.join(tempfile.mkdtemp(prefix="cachalot-capture-"), "capture.pickle")
+        out = self.output or os.path.join(
+            tempfile.mkdtemp(prefix="cachalot-capture-"), "capture.pickle"
+        )
         tmp = Path(out).with_name(f".{Path(out).name}.tmp")
         import pickle
 
@@ -129,8 +143,15 @@ class capture:
         self.trace = out
         warnings = self._reads.warnings() if self._reads else []
         self.prediction = analysis.predict(
-            out, self.gpu, conf=self.conf, reserve=self.reserve, warnings=warnings,
-            torch_stats={k: stats.get(k, 0) for k in ("allocated_bytes.all.peak", "reserved_bytes.all.peak")})
+            out,
+            self.gpu,
+            conf=self.conf,
+            reserve=self.reserve,
+            warnings=warnings,
+            torch_stats={
+                k: stats.get(k, 0) for k in ("allocated_bytes.all.peak", "reserved_bytes.all.peak")
+            },
+        )
         if self.print_report and exc_type is None:
             print(self.prediction.report(), file=sys.stderr)
         return False

@@ -80,7 +80,9 @@ class _Session:
                 f"missed; raise {ENV_MAX_ENTRIES}"
             )
         if stats.get("num_ooms", 0):
-            warnings.append("torch ran out of memory during the capture (a memory fraction in the allocator config?)")
+            warnings.append(
+                "torch ran out of memory during the capture (a memory fraction in the allocator config?)"
+            )
         meta = {
             "torch": torch.__version__,
             "device": torch.cuda.get_device_name() if used_cuda else None,
@@ -89,11 +91,23 @@ class _Session:
             "exit_code": exit_code,
             "error": error,
             "seconds": round(time.perf_counter() - self.started, 3),
-            "torch_stats": {k: stats.get(k, 0) for k in (
-                "allocated_bytes.all.peak", "reserved_bytes.all.peak", "active_bytes.all.peak",
-                "requested_bytes.all.peak", "num_alloc_retries", "num_ooms", "num_device_alloc")},
-            "host_reads": {"unanswered": dict(self.reads.unanswered), "answered": dict(self.reads.answered),
-                           "bytes": self.reads.bytes_read},
+            "torch_stats": {
+                k: stats.get(k, 0)
+                for k in (
+                    "allocated_bytes.all.peak",
+                    "reserved_bytes.all.peak",
+                    "active_bytes.all.peak",
+                    "requested_bytes.all.peak",
+                    "num_alloc_retries",
+                    "num_ooms",
+                    "num_device_alloc",
+                )
+            },
+            "host_reads": {
+                "unanswered": dict(self.reads.unanswered),
+                "answered": dict(self.reads.answered),
+                "bytes": self.reads.bytes_read,
+            },
             "warnings": warnings,
         }
         tmp = meta_path + ".tmp"

@@ -7,10 +7,12 @@ cachalot's rebuild of torch 2.15's caching allocator (the ``cachalot`` engine:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,26 +31,35 @@ def engine() -> list[str]:
     explicit = os.environ.get("CACHALOT_CLI")
     if explicit:
         return [explicit]
+    if importlib.util.find_spec("cachalot._native") is not None:  # the installed package's CLI
+        return [sys.executable, "-m", "cachalot"]
     repo = Path(__file__).resolve().parents[3]  # a source checkout: the newest cargo build
-    built = [p for p in (repo / "target" / b / "cachalot" for b in ("release", "debug"))
-             if p.is_file() and os.access(p, os.X_OK)]
+    built = [
+        p
+        for p in (repo / "target" / b / "cachalot" for b in ("release", "debug"))
+        if p.is_file() and os.access(p, os.X_OK)
+    ]
     if built:
         return [str(max(built, key=lambda p: p.stat().st_mtime))]
     found = shutil.which("cachalot")
     if found:
         return [found]
-    raise AnalysisError("cannot find cachalot's engine: install the cachalot package, or set CACHALOT_CLI "
-                        "to a built `cachalot` binary")
+    raise AnalysisError(
+        "cannot find cachalot's engine: install the cachalot package, or set CACHALOT_CLI "
+        "to a built `cachalot` binary"
+    )
 
 
-def _json(args: list[str], conf: str | None) -> dict:
-    env = dict(os.environ)
+def _json(args: list[str], conf: str | None, ok: tuple[int, ...] = (0,)) -> dict:
+    """Run the engine with `args` and read its JSON; an exit status outside `ok` is an error."""
     cmd = engine() + args
     if conf is not None:
         cmd += ["--conf", conf]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if p.returncode != 0:
-        raise AnalysisError(f"{' '.join(cmd)} failed (exit {p.returncode}): {p.stderr.strip()[-2000:]}")
+    p = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if p.returncode not in ok:
+        raise AnalysisError(
+            f"{' '.join(cmd)} failed (exit {p.returncode}): {p.stderr.strip()[-2000:]}"
+        )
     try:
         return json.loads(p.stdout)
     except json.JSONDecodeError as e:
@@ -56,7 +67,8 @@ def _json(args: list[str], conf: str | None) -> dict:
 
 
 def replay(trace: str, capacity: int, conf: str | None) -> dict:
-    return _json(["replay", trace, "--capacity", str(capacity), "--json"], conf)
+    # `cachalot replay` exits 1 when the replay ran out of memory: an answer here, not a failure
+    return _json(["replay", trace, "--capacity", str(capacity), "--json"], conf, ok=(0, 1))
 
 
 def fits(trace: str, capacity: int, conf: str | None) -> bool:
@@ -117,38 +129,65 @@ class Prediction:
         ]
         spare = self.capacity - self.peak_reserved
         if self.fits:
-            lines.append(f"fits {self.gpu:<14} yes: {g(self.capacity)} usable, {g(max(spare, 0))} to spare"
-                         + (f", {self.num_alloc_retries} allocator retries" if self.num_alloc_retries else ""))
+            lines.append(
+                f"fits {self.gpu:<14} yes: {g(self.capacity)} usable, {g(max(spare, 0))} to spare"
+                + (
+                    f", {self.num_alloc_retries} allocator retries"
+                    if self.num_alloc_retries
+                    else ""
+                )
+            )
         else:
-            lines.append(f"fits {self.gpu:<14} NO: out of memory ({self.num_ooms} failed allocations) "
-                         f"on {g(self.capacity)}")
+            lines.append(
+                f"fits {self.gpu:<14} NO: out of memory ({self.num_ooms} failed allocations) "
+                f"on {g(self.capacity)}"
+            )
         tuned = self.tuned_conf or "(torch's default; unset PYTORCH_CUDA_ALLOC_CONF)"
         verdict = "fits" if self.tuned_fits else "still does not fit"
         lines.append(f"config to use       {tuned}   [{verdict}; {self.tune_reason}]")
         if self.best_min_conf == self.conf:
-            lines.append(f"needs at least      {g(self.min_capacity)} (as configured; no config tried needs less)")
+            lines.append(
+                f"needs at least      {g(self.min_capacity)} (as configured; no config tried needs less)"
+            )
         else:
-            lines.append(f"needs at least      {g(self.min_capacity)} as configured, "
-                         f"{g(self.best_min_capacity)} with {self.best_min_conf or 'the default config'}")
-        lines.append(f"smallest GPU        {self.smallest_gpu or 'none in the table'}"
-                     + ("" if not self.smallest_gpu else
-                        f" (captured as {self.gpu}; kernels differ by GPU: capture with --gpu to check it)"))
-        lines.append(f"trace               {self.trace} ({self.events} allocation events; "
-                     f"`cachalot tune {self.trace} --capacity 24G` for another GPU)")
+            lines.append(
+                f"needs at least      {g(self.min_capacity)} as configured, "
+                f"{g(self.best_min_capacity)} with {self.best_min_conf or 'the default config'}"
+            )
+        lines.append(
+            f"smallest GPU        {self.smallest_gpu or 'none in the table'}"
+            + (
+                ""
+                if not self.smallest_gpu
+                else f" (captured as {self.gpu}; kernels differ by GPU: capture with --gpu to check it)"
+            )
+        )
+        lines.append(
+            f"trace               {self.trace} ({self.events} allocation events; "
+            f"`cachalot tune {self.trace} --capacity 24G` for another GPU)"
+        )
         for w in self.warnings:
             lines.append(f"warning: {w}")
         return "\n".join(lines)
 
 
-def predict(trace: str, gpu: gpus.Gpu, conf: str | None = None, reserve: int = 0,
-            warnings: list[str] | None = None, torch_stats: dict | None = None) -> Prediction:
+def predict(
+    trace: str,
+    gpu: gpus.Gpu,
+    conf: str | None = None,
+    reserve: int = 0,
+    warnings: list[str] | None = None,
+    torch_stats: dict | None = None,
+) -> Prediction:
     """Answer the capture's questions for `trace` on `gpu`.
 
     `conf` None means the environment, read as torch reads it
     (PYTORCH_CUDA_ALLOC_CONF, then PYTORCH_ALLOC_CONF).
     """
     if conf is None:
-        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF") or ""
+        conf = (
+            os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF") or ""
+        )
     capacity = gpu.memory - reserve
     if capacity <= 0:
         raise AnalysisError(f"--reserve {reserve} leaves nothing of {gpu.key}'s {gpu.memory} bytes")
@@ -164,12 +203,24 @@ def predict(trace: str, gpu: gpus.Gpu, conf: str | None = None, reserve: int = 0
         best_need, best_conf = need, conf
     smallest = gpus.smallest_fitting(best_need + reserve)
     return Prediction(
-        trace=trace, gpu=gpu.key, gpu_memory=gpu.memory, capacity=capacity, conf=conf,
-        events=int(free["events"]), peak_allocated=int(free["peak"]["allocated_bytes"]),
-        peak_reserved=int(peak_reserved), fits=at_gpu["num_ooms"] == 0, num_ooms=int(at_gpu["num_ooms"]),
-        num_alloc_retries=int(at_gpu["num_alloc_retries"]), min_capacity=need,
-        tuned_conf=tuned_conf, tune_reason=str(tuned.get("reason", "")),
-        tuned_fits=fits(trace, capacity, tuned_conf), best_min_capacity=best_need, best_min_conf=best_conf,
-        smallest_gpu=smallest.key if smallest else None, warnings=list(warnings or []),
+        trace=trace,
+        gpu=gpu.key,
+        gpu_memory=gpu.memory,
+        capacity=capacity,
+        conf=conf,
+        events=int(free["events"]),
+        peak_allocated=int(free["peak"]["allocated_bytes"]),
+        peak_reserved=int(peak_reserved),
+        fits=at_gpu["num_ooms"] == 0,
+        num_ooms=int(at_gpu["num_ooms"]),
+        num_alloc_retries=int(at_gpu["num_alloc_retries"]),
+        min_capacity=need,
+        tuned_conf=tuned_conf,
+        tune_reason=str(tuned.get("reason", "")),
+        tuned_fits=fits(trace, capacity, tuned_conf),
+        best_min_capacity=best_need,
+        best_min_conf=best_conf,
+        smallest_gpu=smallest.key if smallest else None,
+        warnings=list(warnings or []),
         torch_stats=dict(torch_stats or {}),
     )

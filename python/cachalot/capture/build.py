@@ -84,7 +84,7 @@ def find_torch(python: str | None = None) -> TorchLayout:
         "v = ''\n"
         "p = os.path.join(d, 'version.py')\n"
         "if os.path.exists(p):\n"
-        "    m = re.search(r\"__version__\\s*=\\s*['\\\"]([^'\\\"]+)\", open(p).read())\n"
+        '    m = re.search(r"__version__\\s*=\\s*[\'\\"]([^\'\\"]+)", open(p).read())\n'
         "    v = m.group(1) if m else ''\n"
         "print(d); print(v)\n"
     )
@@ -96,7 +96,9 @@ def find_torch(python: str | None = None) -> TorchLayout:
     lines = out.splitlines() + ["", ""]
     torch_dir, version = lines[0].strip(), lines[1].strip()
     if not torch_dir:
-        raise BuildError(f"{exe} cannot find the torch package; install torch in that environment ({SUPPORTED})")
+        raise BuildError(
+            f"{exe} cannot find the torch package; install torch in that environment ({SUPPORTED})"
+        )
     return TorchLayout(Path(torch_dir).parent, version)
 
 
@@ -121,7 +123,9 @@ def _run(cmd: list[str], what: str) -> str:
     p = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if p.returncode != 0:
         tail = (p.stderr or p.stdout).strip().splitlines()[-15:]
-        raise BuildError(f"{what} failed (exit {p.returncode}): {' '.join(cmd[:3])} …\n" + "\n".join(tail))
+        raise BuildError(
+            f"{what} failed (exit {p.returncode}): {' '.join(cmd[:3])} …\n" + "\n".join(tail)
+        )
     return p.stdout
 
 
@@ -135,8 +139,12 @@ def _check_layout(t: TorchLayout) -> Path:
         )
     needed = _run([_tool("readelf"), "-d", str(cuda_so)], "readelf")
     if "libcudart.so.13" not in needed:
-        sonames = ", ".join(sorted(set(re.findall(r"\[(libcudart[^\]]*)\]", needed)))) or "no libcudart"
-        raise BuildError(f"torch {t.version} links {sonames}; cachalot capture supports {SUPPORTED}")
+        sonames = (
+            ", ".join(sorted(set(re.findall(r"\[(libcudart[^\]]*)\]", needed)))) or "no libcudart"
+        )
+        raise BuildError(
+            f"torch {t.version} links {sonames}; cachalot capture supports {SUPPORTED}"
+        )
     for f in (
         t.cuda_include / "cuda_runtime_api.h",
         t.cuda_include / "cuda.h",
@@ -145,7 +153,9 @@ def _check_layout(t: TorchLayout) -> Path:
         t.cudnn_include / "cudnn.h",
     ):
         if not f.exists():
-            raise BuildError(f"missing {f}: the NVIDIA wheels torch {t.version} depends on are not complete")
+            raise BuildError(
+                f"missing {f}: the NVIDIA wheels torch {t.version} depends on are not complete"
+            )
     # cuda_runtime_api.h includes crt/host_defines.h, which the runtime wheel
     # leaves out; the triton and nvcc wheels carry it.
     for cand in (
@@ -195,8 +205,12 @@ def ensure_runtime(python: str | None = None, quiet: bool = False) -> Path:
             return out
         crt = _check_layout(t)
         if not quiet:
-            print(f"cachalot capture: compiling the simulated CUDA runtime for torch {t.version} "
-                  f"(once, into {out}) …", file=sys.stderr, flush=True)
+            print(
+                f"cachalot capture: compiling the simulated CUDA runtime for torch {t.version} "
+                f"(once, into {out}) …",
+                file=sys.stderr,
+                flush=True,
+            )
         tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))
         try:
             _Builder(t, crt, tmp).build_all()
@@ -217,7 +231,13 @@ class _Builder:
         shim = out / "crt_shim"
         shim.mkdir()
         (shim / "crt").symlink_to(crt / "crt")
-        self.inc = [f"-I{t.cuda_include}", f"-I{t.cudnn_include}", "-idirafter", str(shim), f"-I{RUNTIME_SRC}"]
+        self.inc = [
+            f"-I{t.cuda_include}",
+            f"-I{t.cudnn_include}",
+            "-idirafter",
+            str(shim),
+            f"-I{RUNTIME_SRC}",
+        ]
         self.cxxflags = ["-O2", "-fPIC", "-std=c++17", "-w"]
 
     def _nm(self, args: list[str], path: Path) -> list[str]:
@@ -238,11 +258,18 @@ class _Builder:
     def real_exports(self, path: Path) -> set[str]:
         if not path.exists():
             return set()
-        return {f[2].split("@")[0] for f in (ln.split() for ln in self._nm(["-D", "--defined-only"], path))
-                if len(f) == 3 and f[1] == "T"}
+        return {
+            f[2].split("@")[0]
+            for f in (ln.split() for ln in self._nm(["-D", "--defined-only"], path))
+            if len(f) == 3 and f[1] == "T"
+        }
 
     def defined(self, obj: Path) -> set[str]:
-        return {f[2] for f in (ln.split() for ln in self._nm(["--defined-only"], obj)) if len(f) == 3 and f[1] == "T"}
+        return {
+            f[2]
+            for f in (ln.split() for ln in self._nm(["--defined-only"], obj))
+            if len(f) == 3 and f[1] == "T"
+        }
 
     def compile(self, src: Path, obj: Path, cxx: bool = True) -> None:
         if cxx:
@@ -258,13 +285,21 @@ class _Builder:
 
     def stubs(self, tag: str, soname: str, real: Path, regex: str, obj: Path, ret: int) -> Path:
         """Stubs returning `ret` for every name torch imports or the real library exports."""
-        want = {n for n in self.torch_imports(soname) | self.real_exports(real) if re.search(regex, n)}
+        want = {
+            n for n in self.torch_imports(soname) | self.real_exports(real) if re.search(regex, n)
+        }
         missing = sorted(want - self.defined(obj))
-        body = [f'// generated: entry points of {soname} with no hand-written fake.',
-                f'#define FK_LIB "{tag}"', '#include "fk_common.h"', 'extern "C" {']
-        body += [f'__attribute__((visibility("default"))) int {s}(void) '
-                 f'{{ static fk::Counter* c = fk::counter("{s}", true); fk::count(c); return {ret}; }}'
-                 for s in missing]
+        body = [
+            f"// generated: entry points of {soname} with no hand-written fake.",
+            f'#define FK_LIB "{tag}"',
+            '#include "fk_common.h"',
+            'extern "C" {',
+        ]
+        body += [
+            f'__attribute__((visibility("default"))) int {s}(void) '
+            f'{{ static fk::Counter* c = fk::counter("{s}", true); fk::count(c); return {ret}; }}'
+            for s in missing
+        ]
         body.append("}")
         src = self.out / f"{tag}_stubs.cpp"
         src.write_text("\n".join(body) + "\n")
@@ -273,58 +308,130 @@ class _Builder:
         return stub_obj
 
     def link(self, name: str, objs: list[Path], extra: list[str]) -> None:
-        _run([self.cxx, "-shared", "-o", str(self.out / name), *map(str, objs),
-              f"-Wl,-soname,{name}", *extra, "-lpthread"], f"linking {name}")
+        _run(
+            [
+                self.cxx,
+                "-shared",
+                "-o",
+                str(self.out / name),
+                *map(str, objs),
+                f"-Wl,-soname,{name}",
+                *extra,
+                "-lpthread",
+            ],
+            f"linking {name}",
+        )
 
     def build_all(self) -> None:
         o, s, t = self.out, RUNTIME_SRC, self.t
         # 1. libcudart.so.13, with the driver API c10 reaches via cudaGetDriverEntryPointByVersion.
         self.compile(s / "fake_cudart.cpp", o / "fake_cudart.o")
-        want = {n for n in self.torch_imports("libcudart.so.13") | self.real_exports(t.cuda_lib / "libcudart.so.13")
-                if re.match(r"(cuda|__cuda)", n)}
+        want = {
+            n
+            for n in self.torch_imports("libcudart.so.13")
+            | self.real_exports(t.cuda_lib / "libcudart.so.13")
+            if re.match(r"(cuda|__cuda)", n)
+        }
         missing = sorted(want - self.defined(o / "fake_cudart.o"))
         stub_src = o / "cudart_stubs.c"
-        stub_src.write_text("int fakecuda_unimplemented(const char* name);\n" + "".join(
-            f'int {n}(void) {{ return fakecuda_unimplemented("{n}"); }}\n' for n in missing))
+        stub_src.write_text(
+            "int fakecuda_unimplemented(const char* name);\n"
+            + "".join(
+                f'int {n}(void) {{ return fakecuda_unimplemented("{n}"); }}\n' for n in missing
+            )
+        )
         self.compile(stub_src, o / "cudart_stubs.o", cxx=False)
-        self.link("libcudart.so.13", [o / "fake_cudart.o", o / "cudart_stubs.o"],
-                  [f"-Wl,--version-script={s / 'libcudart.map'}", "-Wl,-z,defs"])
+        self.link(
+            "libcudart.so.13",
+            [o / "fake_cudart.o", o / "cudart_stubs.o"],
+            [f"-Wl,--version-script={s / 'libcudart.map'}", "-Wl,-z,defs"],
+        )
         # 2. libnvidia-ml.so.1: c10 dlopens it, expandable segments need it.
-        _run([self.cc, "-O2", "-fPIC", "-shared", "-w", "-o", str(o / "libnvidia-ml.so.1"),
-              str(s / "fake_nvml.c"), "-Wl,-soname,libnvidia-ml.so.1"], "building libnvidia-ml.so.1")
+        _run(
+            [
+                self.cc,
+                "-O2",
+                "-fPIC",
+                "-shared",
+                "-w",
+                "-o",
+                str(o / "libnvidia-ml.so.1"),
+                str(s / "fake_nvml.c"),
+                "-Wl,-soname,libnvidia-ml.so.1",
+            ],
+            "building libnvidia-ml.so.1",
+        )
         # 3. libcuda.so.1: trampolines from the driver symbols torch links into the fake cudart.
         wanted = {"cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuGetErrorName"}
         for so in (t.torch_dir / "lib").glob("*.so"):
-            dyn = subprocess.run([_tool("readelf"), "-d", str(so)], capture_output=True, text=True, check=False).stdout
+            dyn = subprocess.run(
+                [_tool("readelf"), "-d", str(so)], capture_output=True, text=True, check=False
+            ).stdout
             if "[libcuda.so.1]" in dyn:
                 for line in self._nm(["-D", "--undefined-only"], so):
                     name = line.split()[-1].split("@")[0]
                     if re.match(r"cu[A-Z]", name):
                         wanted.add(name)
         names = sorted(wanted)
-        tramp = ["void* fakecuda_driver_symbol(const char* name);",
-                 "static int fk_not_supported(void) { return 801; /* CUDA_ERROR_NOT_SUPPORTED */ }"]
+        tramp = [
+            "void* fakecuda_driver_symbol(const char* name);",
+            "static int fk_not_supported(void) { return 801; /* CUDA_ERROR_NOT_SUPPORTED */ }",
+        ]
         for n in names:
             tramp.append(f'__attribute__((visibility("hidden"))) void* fkp_{n};')
-            tramp.append(f'__asm__(".globl {n}\\n.type {n},@function\\n{n}:\\n  jmp *fkp_{n}(%rip)\\n.size {n},.-{n}\\n");')
+            tramp.append(
+                f'__asm__(".globl {n}\\n.type {n},@function\\n{n}:\\n  jmp *fkp_{n}(%rip)\\n.size {n},.-{n}\\n");'
+            )
         tramp.append("__attribute__((constructor)) static void fk_init(void) {")
-        tramp += [f'  fkp_{n} = fakecuda_driver_symbol("{n}"); if (!fkp_{n}) fkp_{n} = (void*)&fk_not_supported;'
-                  for n in names]
+        tramp += [
+            f'  fkp_{n} = fakecuda_driver_symbol("{n}"); if (!fkp_{n}) fkp_{n} = (void*)&fk_not_supported;'
+            for n in names
+        ]
         tramp.append("}")
         (o / "fake_libcuda.c").write_text("\n".join(tramp) + "\n")
-        _run([self.cc, "-O2", "-fPIC", "-shared", "-w", "-o", str(o / "libcuda.so.1"), str(o / "fake_libcuda.c"),
-              "-Wl,-soname,libcuda.so.1", str(o / "libcudart.so.13"), "-Wl,-rpath,$ORIGIN"], "building libcuda.so.1")
+        _run(
+            [
+                self.cc,
+                "-O2",
+                "-fPIC",
+                "-shared",
+                "-w",
+                "-o",
+                str(o / "libcuda.so.1"),
+                str(o / "fake_libcuda.c"),
+                "-Wl,-soname,libcuda.so.1",
+                str(o / "libcudart.so.13"),
+                "-Wl,-rpath,$ORIGIN",
+            ],
+            "building libcuda.so.1",
+        )
         # 4-6. cuBLASLt, cuBLAS, cuDNN: hand-written fakes plus generated stubs.
         for tag, soname, real, regex, ret in (
             ("cublasLt", "libcublasLt.so.13", t.cuda_lib / "libcublasLt.so.13", r"^cublasLt", 0),
-            ("cublas", "libcublas.so.13", t.cuda_lib / "libcublas.so.13", r"^cublas[^L]|^cublasL[^t]", 0),
-            ("cudnn", "libcudnn.so.9", t.cudnn_lib / "libcudnn.so.9", r"^cudnn", 3000),  # NOT_SUPPORTED
+            (
+                "cublas",
+                "libcublas.so.13",
+                t.cuda_lib / "libcublas.so.13",
+                r"^cublas[^L]|^cublasL[^t]",
+                0,
+            ),
+            (
+                "cudnn",
+                "libcudnn.so.9",
+                t.cudnn_lib / "libcudnn.so.9",
+                r"^cudnn",
+                3000,
+            ),  # NOT_SUPPORTED
         ):
             obj = o / f"fake_{tag}.o"
             self.compile(s / f"fake_{tag}.cpp", obj)
             stub_obj = self.stubs(tag, soname, real, regex, obj, ret)
             vs = self.version_script(soname, f"{tag}*")
-            self.link(soname, [obj, stub_obj], [f"-Wl,--version-script={vs}", "-Wl,-Bsymbolic", "-Wl,-z,defs"])
+            self.link(
+                soname,
+                [obj, stub_obj],
+                [f"-Wl,--version-script={vs}", "-Wl,-Bsymbolic", "-Wl,-z,defs"],
+            )
         for f in o.glob("*.o"):
             f.unlink()
 

@@ -69,7 +69,13 @@ GPUS: tuple[Gpu, ...] = tuple(
     )
 )
 
-ALIASES = {"a100": "a100-80gb", "v100": "v100-32gb", "h100-sxm": "h100", "4090": "rtx4090", "3090": "rtx3090"}
+ALIASES = {
+    "a100": "a100-80gb",
+    "v100": "v100-32gb",
+    "h100-sxm": "h100",
+    "4090": "rtx4090",
+    "3090": "rtx3090",
+}
 
 
 class UnknownGpu(ValueError):
@@ -83,7 +89,9 @@ def lookup(name: str) -> Gpu:
     for g in GPUS:
         if g.key == k:
             return g
-    raise UnknownGpu(f"unknown GPU {name!r}; known: {', '.join(g.key for g in GPUS)} (aliases: {', '.join(ALIASES)})")
+    raise UnknownGpu(
+        f"unknown GPU {name!r}; known: {', '.join(g.key for g in GPUS)} (aliases: {', '.join(ALIASES)})"
+    )
 
 
 def smallest_fitting(need: int) -> Gpu | None:

@@ -164,12 +164,20 @@ class HostReads:
     def warnings(self) -> list[str]:
         out = []
         for rule, n in self.answered.items():
-            note = ("; generate() is taken to run to max_length (a sampled EOS token would stop it "
-                    "earlier)" if "unfinished_sequences" in rule else "")
-            out.append(f"answered {n} host reads of device data at a known call site ({rule}){note}")
+            note = (
+                "; generate() is taken to run to max_length (a sampled EOS token would stop it "
+                "earlier)"
+                if "unfinished_sequences" in rule
+                else ""
+            )
+            out.append(
+                f"answered {n} host reads of device data at a known call site ({rule}){note}"
+            )
         for site, n in self.unanswered.most_common(20):
-            out.append(f"device data read on the host {n}x (the capture computes nothing, the value read was 0; "
-                       f"if it steers control flow or a shape, the stream after it may differ): {site}")
+            out.append(
+                f"device data read on the host {n}x (the capture computes nothing, the value read was 0; "
+                f"if it steers control flow or a shape, the stream after it may differ): {site}"
+            )
         if len(self.unanswered) > 20:
             out.append(f"… and {len(self.unanswered) - 20} more sites that read device data")
         return out

@@ -50,23 +50,32 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="cachalot capture",
         description="Predict a PyTorch program's GPU memory without a GPU: run it on a simulated CUDA "
-                    "runtime that computes nothing, record the allocation stream, replay it.",
+        "runtime that computes nothing, record the allocation stream, replay it.",
         epilog=f"GPUs: {', '.join(g.key for g in gpus.GPUS)}. Supported torch: {build.SUPPORTED}.",
     )
-    ap.add_argument("-o", "--output", default="cachalot-capture.pickle",
-                    help="where to write the trace: a torch snapshot pickle, or RMM CSV if it ends in .csv "
-                         "(default: %(default)s)")
+    ap.add_argument(
+        "-o",
+        "--output",
+        default="cachalot-capture.pickle",
+        help="where to write the trace: a torch snapshot pickle, or RMM CSV if it ends in .csv "
+        "(default: %(default)s)",
+    )
     ap.add_argument("--gpu", default="h100", help="the GPU to predict for (default: %(default)s)")
-    ap.add_argument("--reserve", default="0",
-                    help="memory to keep out of the allocator's reach: CUDA context and library handles, "
-                         "which a capture cannot see (e.g. 512M; default 0)")
+    ap.add_argument(
+        "--reserve",
+        default="0",
+        help="memory to keep out of the allocator's reach: CUDA context and library handles, "
+        "which a capture cannot see (e.g. 512M; default 0)",
+    )
     ap.add_argument("--json", action="store_true", help="print the answer as JSON")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS…")
     args = ap.parse_args(argv)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if not args.command:
-        ap.error("nothing to run: give the program after --, e.g. cachalot capture -- python train.py")
+        ap.error(
+            "nothing to run: give the program after --, e.g. cachalot capture -- python train.py"
+        )
     return args
 
 
@@ -77,7 +86,9 @@ def _bytes(text: str) -> int:
     try:
         value = int(float(num) * mult)
     except ValueError:
-        raise SystemExit(f"cachalot capture: --reserve {text!r} is not a size (bytes, or 512M, 1G)") from None
+        raise SystemExit(
+            f"cachalot capture: --reserve {text!r} is not a size (bytes, or 512M, 1G)"
+        ) from None
     if value < 0:
         raise SystemExit(f"cachalot capture: --reserve {text!r} is negative")
     return value
@@ -93,8 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     reserve = _bytes(args.reserve)
     cmd = list(args.command)
     if not _is_python(cmd[0]):
-        print(f"cachalot capture: {cmd[0]!r} is not a Python interpreter; run `cachalot capture -- python "
-              "SCRIPT …` (or `python -m MODULE`, `python -c CODE`)", file=sys.stderr)
+        print(
+            f"cachalot capture: {cmd[0]!r} is not a Python interpreter; run `cachalot capture -- python "
+            "SCRIPT …` (or `python -m MODULE`, `python -c CODE`)",
+            file=sys.stderr,
+        )
         return 2
     python = shutil.which(cmd[0]) or cmd[0]
     try:
@@ -111,34 +125,59 @@ def main(argv: list[str] | None = None) -> int:
         # The child imports this cachalot, and nothing else from our environment.
         (work / "path").mkdir()
         (work / "path" / "cachalot").symlink_to(Path(__file__).resolve().parents[1])
-        env["PYTHONPATH"] = str(work / "path") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        child = subprocess.run([python, "-m", "cachalot.capture._boot", *cmd[1:]], env=env, check=False)
+        env["PYTHONPATH"] = str(work / "path") + (
+            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+        )
+        child = subprocess.run(
+            [python, "-m", "cachalot.capture._boot", *cmd[1:]], env=env, check=False
+        )
         if not meta_path.exists():
-            print(f"cachalot capture: the program ended (exit {child.returncode}) before the capture could "
-                  "write its result", file=sys.stderr)
+            print(
+                f"cachalot capture: the program ended (exit {child.returncode}) before the capture could "
+                "write its result",
+                file=sys.stderr,
+            )
             return child.returncode or 1
         meta = json.loads(meta_path.read_text())
         if not meta["used_cuda"]:
-            print("cachalot capture: the program never used CUDA; nothing to predict", file=sys.stderr)
+            print(
+                "cachalot capture: the program never used CUDA; nothing to predict", file=sys.stderr
+            )
             return child.returncode or 1
         out = write_trace(snap, args.output)
-        pred = analysis.predict(out, gpu, reserve=reserve, warnings=meta["warnings"],
-                                torch_stats=meta["torch_stats"])
+        pred = analysis.predict(
+            out, gpu, reserve=reserve, warnings=meta["warnings"], torch_stats=meta["torch_stats"]
+        )
     except analysis.AnalysisError as e:
         print(f"cachalot capture: {e}", file=sys.stderr)
         return 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:
-        print(json.dumps(dict(pred.to_dict(), torch=meta["torch"], exit_code=child.returncode,
-                              seconds=meta["seconds"]), indent=1))
+        print(
+            json.dumps(
+                dict(
+                    pred.to_dict(),
+                    torch=meta["torch"],
+                    exit_code=child.returncode,
+                    seconds=meta["seconds"],
+                ),
+                indent=1,
+            )
+        )
     else:
-        print(f"\ncachalot capture: {' '.join(cmd)} as {gpu.name} (simulated, torch {meta['torch']}), "
-              f"{meta['seconds']:.1f} s", file=sys.stderr)
+        print(
+            f"\ncachalot capture: {' '.join(cmd)} as {gpu.name} (simulated, torch {meta['torch']}), "
+            f"{meta['seconds']:.1f} s",
+            file=sys.stderr,
+        )
         print(pred.report())
     if meta.get("error"):
-        print(f"cachalot capture: the program failed ({meta['error'].splitlines()[0][:300]}); the answer covers "
-              "the run up to there", file=sys.stderr)
+        print(
+            f"cachalot capture: the program failed ({meta['error'].splitlines()[0][:300]}); the answer covers "
+            "the run up to there",
+            file=sys.stderr,
+        )
     return child.returncode
 
 
@@ -148,9 +187,16 @@ def write_trace(snapshot: Path, output: str) -> str:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
     if dest.suffix == ".csv":
-        p = subprocess.run(analysis.engine() + ["convert", str(snapshot), str(tmp)], capture_output=True, text=True, check=False)
+        p = subprocess.run(
+            analysis.engine() + ["convert", str(snapshot), str(tmp)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if p.returncode != 0:
-            raise analysis.AnalysisError(f"converting the capture to CSV failed: {p.stderr.strip()[-1000:]}")
+            raise analysis.AnalysisError(
+                f"converting the capture to CSV failed: {p.stderr.strip()[-1000:]}"
+            )
     else:
         shutil.copyfile(snapshot, tmp)
     os.replace(tmp, dest)
