@@ -201,21 +201,50 @@ pub struct SimDevice {
     pool: AsyncPool,
 }
 
-fn round_up(x: u64, m: u64) -> u64 {
-    x.div_ceil(m) * m
+/// `x` rounded up to a multiple of `m`; `None` past `u64::MAX`.
+fn round_up(x: u64, m: u64) -> Option<u64> {
+    x.div_ceil(m).checked_mul(m)
+}
+
+/// The largest multiple of 2 MiB at most `x`.
+fn round_down_2mib(x: u64) -> u64 {
+    x & !(2 * MIB - 1)
+}
+
+/// The `cudaMalloc` range `[base, base + range)` and the VMM range, as the oracle's fake lays
+/// them out, for any settings. The fake computes `8 × capacity` modulo 2^64 (so a device of
+/// 2^61 bytes or more gets the 64 GiB minimum range); that is kept, on purpose, so addresses
+/// match. Where an end would pass the top of the 64-bit space (bases near the top), the range
+/// is cut there instead, so addresses never wrap around.
+fn address_layout(config: &SimConfig) -> (u64, u64, u64, u64) {
+    const VMM_LEN: u64 = 32 * TIB;
+    let top = round_down_2mib(u64::MAX);
+    // Leave room for the VMM range above the `cudaMalloc` one, whatever the settings.
+    let base = round_up(config.va_base, 2 * MIB)
+        .unwrap_or(top)
+        .min(top - 2 * VMM_LEN - TIB);
+    let wanted = config.capacity.wrapping_mul(8).max(64 * GIB);
+    let range = round_down_2mib(
+        round_up(wanted, 2 * MIB)
+            .unwrap_or(top)
+            .min(top - VMM_LEN - TIB - base),
+    );
+    let vmm_base = round_up(base + range, TIB)
+        .unwrap_or(top)
+        .max(0x2000_0000_0000)
+        .min(top - VMM_LEN);
+    (base, range, vmm_base, VMM_LEN)
 }
 
 impl SimDevice {
     /// A device with the given settings; nothing allocated, logging off.
     pub fn new(config: SimConfig) -> Self {
-        let base = round_up(config.va_base, 2 * MIB);
-        let range = round_up((8 * config.capacity).max(64 * GIB), 2 * MIB);
-        let vmm_base = (0x2000_0000_0000u64).max(round_up(base + range, TIB));
+        let (base, range, vmm_base, vmm_range) = address_layout(&config);
         SimDevice {
             phys_used: config.reserved,
             malloc_ranges: FreeRanges::new(base, range),
             live: HashMap::new(),
-            vmm_ranges: FreeRanges::new(vmm_base, 32 * TIB),
+            vmm_ranges: FreeRanges::new(vmm_base, vmm_range),
             reservations: HashMap::new(),
             handles: HashMap::new(),
             mappings: HashMap::new(),
@@ -322,12 +351,13 @@ impl SimDevice {
     /// `cudaMallocAsync`): 512 B alignment and charge below 2 MiB, 2 MiB above, first fit.
     /// A failure is counted and logged as `op`. Returns the address and the charge.
     pub(crate) fn place(&mut self, size: u64, op: Op) -> DeviceResult<(u64, u64)> {
-        let (align, charge) = if size < 2 * MIB {
-            (512, round_up(size, 512))
-        } else {
-            (2 * MIB, round_up(size, 2 * MIB))
-        };
-        let placed = if self.charge(charge) {
+        let align = if size < 2 * MIB { 512 } else { 2 * MIB };
+        // A charge past `u64::MAX` cannot fit any device (the oracle's fake wraps it to 0 and
+        // hands out an address twice).
+        let charge = round_up(size, align);
+        let placed = if let Some(charge) = charge
+            && self.charge(charge)
+        {
             let ptr = self.malloc_ranges.take(charge, align);
             if ptr.is_none() {
                 self.phys_used -= charge;
@@ -336,8 +366,8 @@ impl SimDevice {
         } else {
             None
         };
-        match placed {
-            Some(ptr) => Ok((ptr, charge)),
+        match placed.zip(charge) {
+            Some((ptr, charge)) => Ok((ptr, charge)),
             None => {
                 self.counters.cuda_malloc_failed += 1;
                 self.push(op, size, 0, 0, 2);
@@ -430,8 +460,8 @@ impl Device for SimDevice {
                 call: "cuMemAddressReserve",
             });
         }
+        // The fake rejects a size that is not a multiple of the granularity before it logs.
         if size == 0 || !size.is_multiple_of(2 * MIB) {
-            self.push(Op::AddressReserve, size, 0, 0, 1);
             return Err(invalid(
                 "cuMemAddressReserve",
                 format!("size {size} is not a multiple of 2 MiB"),
@@ -463,8 +493,8 @@ impl Device for SimDevice {
     }
 
     fn mem_create(&mut self, size: u64) -> DeviceResult<MemHandle> {
+        // As for reservations, the fake rejects a bad size before it logs.
         if size == 0 || !size.is_multiple_of(2 * MIB) {
-            self.push(Op::MemCreate, size, 0, 0, 1);
             return Err(invalid(
                 "cuMemCreate",
                 format!("size {size} is not a multiple of 2 MiB"),

@@ -71,3 +71,44 @@ fn vmm_reservation_addresses_and_handles() {
         "handle ids are never reused"
     );
 }
+
+/// Issue #10, crash 2: `round_up(u64::MAX, 2 MiB)` wrapped to a charge of 0, so the device
+/// handed out an address twice. A charge past 64 bits now simply does not fit.
+#[test]
+fn sizes_whose_charge_overflows_never_alias() {
+    let mut d = SimDevice::new(SimConfig::default());
+    for size in [u64::MAX, u64::MAX - 511, u64::MAX - 2 * MIB + 2] {
+        assert_eq!(d.malloc(size), Err(DeviceError::OutOfMemory));
+        assert_eq!(
+            d.malloc_async(size, StreamId::DEFAULT),
+            Err(DeviceError::OutOfMemory)
+        );
+    }
+    assert_eq!(d.phys_used(), 0);
+    let a = d.malloc(1000).unwrap();
+    let b = d.malloc(1000).unwrap();
+    assert_ne!(a, b);
+}
+
+/// Issue #10, crash 6: `8 * capacity` and `base + range` overflowed for capacities of 2^61
+/// bytes and more (a panic with overflow checks). The fake's own arithmetic is modulo 2^64,
+/// which is kept where it stays inside the address space.
+#[test]
+fn any_capacity_builds_a_device() {
+    for capacity in [16 << 40, 1 << 61, (1 << 61) + (1 << 40), 1 << 63, u64::MAX] {
+        let mut d = SimDevice::new(SimConfig::with_capacity(capacity));
+        let a = d.malloc(3 * MIB).unwrap();
+        assert_eq!(a, BASE, "capacity {capacity}");
+        let r = d.address_reserve(64 * MIB).unwrap();
+        assert!(r >= 0x2000_0000_0000 && r.checked_add(64 * MIB).is_some());
+        assert_eq!(d.mem_get_info().unwrap().total, capacity);
+    }
+    let mut d = SimDevice::new(SimConfig {
+        va_base: u64::MAX - 5,
+        ..SimConfig::default()
+    });
+    let a = d.malloc(1000).unwrap();
+    assert!(a.checked_add(1000).is_some());
+    let r = d.address_reserve(64 * MIB).unwrap();
+    assert!(r.checked_add(64 * MIB).is_some() && r > a);
+}
