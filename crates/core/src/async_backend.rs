@@ -178,7 +178,14 @@ impl<D: Device> AsyncAllocator<D> {
         }
         let mut s = self.lock();
         let ptr = match s.mode {
-            DirectMode::Uncached => s.device.malloc(size)?,
+            // torch's `C10_CUDA_CHECK(cudaMalloc(...))`: no retry, a fatal `c10::Error`.
+            DirectMode::Uncached => s.device.malloc(size).map_err(|e| match e {
+                DeviceError::OutOfMemory => DeviceError::Driver {
+                    call: "cudaMalloc",
+                    message: "out of memory".into(),
+                },
+                e => e,
+            })?,
             DirectMode::StreamOrdered => s.malloc_async(size, stream)?,
         };
         s.live.insert(
@@ -486,7 +493,10 @@ mod tests {
         a.record_stream(p, StreamId(4)).unwrap();
         assert_eq!(
             a.malloc(64 * MIB, StreamId::DEFAULT),
-            Err(AllocError::Device(DeviceError::OutOfMemory))
+            Err(AllocError::Device(DeviceError::Driver {
+                call: "cudaMalloc",
+                message: "out of memory".into()
+            }))
         );
         a.free(p).unwrap();
         a.empty_cache().unwrap();

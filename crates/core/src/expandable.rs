@@ -23,7 +23,7 @@ use cachalot_device::{Device, DeviceError, MemHandle};
 use crate::block::BlockId;
 use crate::history::TraceAction;
 use crate::malloc::Params;
-use crate::oom::AllocError;
+use crate::oom::{AllocError, OomCause};
 use crate::pool::addr_key;
 use crate::size::SMALL_BUFFER;
 use crate::state::State;
@@ -95,44 +95,67 @@ impl<D: Device> State<D> {
         })
     }
 
-    /// The lowest-address place on `stream` that can hold `size` bytes, or a new segment.
-    fn find_expandable_block(&mut self, p: &Params) -> Result<BlockId, AllocError> {
-        let candidates: Vec<BlockId> = self
+    /// The lowest-address place on `stream` that can hold `p.size` bytes in an existing
+    /// segment: a free block followed by free or unmapped blocks.
+    fn find_expandable_block(&self, p: &Params) -> Option<BlockId> {
+        let candidates = self
             .pool(p.pool)
             .unmapped
             .range((p.stream.0, 0)..)
             .take_while(|(k, _)| k.0 == p.stream.0)
-            .map(|(_, &id)| id)
-            .collect();
+            .map(|(_, &id)| id);
         for c in candidates {
             let mut c = c;
             if self.allocatable(self.blocks[c].prev) {
                 c = self.blocks[c].prev.expect("checked above");
             }
-            let mut bytes = 0;
+            let mut bytes = 0u64;
             let mut b = Some(c);
             while bytes < p.size && self.allocatable(b) {
                 let id = b.expect("allocatable implies present");
-                bytes += self.blocks[id].size;
+                bytes = bytes.saturating_add(self.blocks[id].size);
                 b = self.blocks[id].next;
             }
             if bytes >= p.size {
-                return Ok(c);
+                return Some(c);
             }
         }
+        None
+    }
+
+    /// The bytes one new reservation asks for: 1⅛ × device memory, unless
+    /// `expandable_segments_reserve` asks for less.
+    fn reserve_wanted(&self) -> u64 {
+        let full = self.device_total.saturating_add(self.device_total / 8);
+        match self.conf.expandable_segments_reserve {
+            Some(spec) => spec.resolve_bytes(self.device_total).min(full),
+            None => full,
+        }
+    }
+
+    /// Reserves a new segment for `p`'s stream and pool: one unmapped block.
+    fn new_expandable_segment(&mut self, p: &Params) -> Result<BlockId, AllocError> {
         let page = if p.pool.is_small() {
             SMALL_BUFFER
         } else {
             self.conf.large_segment_size
         };
-        // 1⅛ × device memory, unless `expandable_segments_reserve` asks for less.
-        let full = self.device_total + self.device_total / 8;
-        let want = match self.conf.expandable_segments_reserve {
-            Some(spec) => spec.resolve_bytes(self.device_total).min(full),
-            None => full,
-        };
-        let max_pages = want.div_ceil(page);
-        let ptr = self.device.address_reserve(page * max_pages)?;
+        let mut max_pages = self.reserve_wanted().div_ceil(page);
+        if page.checked_mul(max_pages).is_none() {
+            max_pages -= 1;
+        }
+        // torch checks the reservation with `C10_CUDA_DRIVER_CHECK`: running out of address
+        // space is a fatal driver error, not an out-of-memory to retry.
+        let ptr = self
+            .device
+            .address_reserve(page * max_pages)
+            .map_err(|e| match e {
+                DeviceError::OutOfMemory => DeviceError::Driver {
+                    call: "cuMemAddressReserve",
+                    message: "out of memory".into(),
+                },
+                e => e,
+            })?;
         let seg = ExpandableSegment {
             ptr,
             page,
@@ -153,12 +176,30 @@ impl<D: Device> State<D> {
 
     /// Grows (or re-fills) an expandable segment enough to hold `p.size` bytes and returns the
     /// free block that holds them, removed from the free set; `Ok(None)` when the device is out
-    /// of memory.
+    /// of memory, or when the request is bigger than a whole new segment (torch then frees the
+    /// reservation at once: one allocation never spans two segments).
     pub(crate) fn try_allocate_expandable_block(
         &mut self,
         p: &Params,
     ) -> Result<Option<BlockId>, AllocError> {
-        let mut candidate = self.find_expandable_block(p)?;
+        let mut candidate = match self.find_expandable_block(p) {
+            Some(c) => c,
+            None => {
+                let id = self.new_expandable_segment(p)?;
+                if self.blocks[id].size < p.size {
+                    self.release_expandable_segment(id)?;
+                    if self.conf.expandable_segments_reserve.is_some()
+                        && p.alloc_size <= self.device_total
+                    {
+                        self.oom_cause = OomCause::ExceedsExpandableReserve {
+                            reserve: self.reserve_wanted(),
+                        };
+                    }
+                    return Ok(None);
+                }
+                id
+            }
+        };
         if !self.blocks[candidate].mapped {
             let want = self.blocks[candidate].size.min(p.size);
             if !self.map_block(candidate, want)? {
@@ -167,9 +208,10 @@ impl<D: Device> State<D> {
         }
         while self.blocks[candidate].size < p.size {
             let remaining = p.size - self.blocks[candidate].size;
-            let next = self.blocks[candidate]
-                .next
-                .expect("a free expandable block short of the request has an unmapped next");
+            // The candidate search guarantees free or unmapped blocks follow up to `p.size`.
+            let Some(next) = self.blocks[candidate].next else {
+                return Ok(None);
+            };
             let want = remaining.min(self.blocks[next].size);
             if !self.map_block(next, want)? {
                 return Ok(None);

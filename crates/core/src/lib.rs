@@ -53,7 +53,7 @@ pub use cachalot_device::{Device, DeviceError, MemInfo, StreamId};
 pub use config::{AllocConf, Backend, CachalotOptions, Settings};
 pub use error::{AllocError, Operation};
 pub use history::{History, TraceAction, TraceEntry};
-pub use oom::{OomReport, format_size};
+pub use oom::{OomCause, OomReport, format_size};
 pub use resource::MemoryResource;
 pub use snapshot::{BlockInfo, BlockState, MemorySnapshot, SegmentInfo};
 pub use stats::{DeviceStats, Stat, StatArray, StatType};

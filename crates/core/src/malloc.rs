@@ -14,8 +14,8 @@ use cachalot_device::{Device, DeviceError, StreamId};
 
 use crate::block::{BlockId, PoolKind};
 use crate::history::TraceAction;
-use crate::oom::{AllocError, OomReport};
-use crate::size::{self, MAX_REQUEST, MAX_UNSPLIT_REMAINDER, MIN_BLOCK_SIZE};
+use crate::oom::{AllocError, OomCause, OomReport};
+use crate::size::{self, MAX_UNSPLIT_REMAINDER, MIN_BLOCK_SIZE};
 use crate::state::State;
 
 /// What one request is looking for.
@@ -32,14 +32,19 @@ pub(crate) struct Params {
 impl<D: Device> State<D> {
     /// Serves a request of `orig_size` bytes on `stream`; returns the block's address.
     pub fn malloc(&mut self, orig_size: u64, stream: StreamId) -> Result<u64, AllocError> {
-        if orig_size > MAX_REQUEST {
-            return Err(AllocError::InvalidSize {
-                size: orig_size,
-                max: MAX_REQUEST,
-            });
-        }
         self.process_events()?;
-        let size = size::round_size(orig_size, &self.conf);
+        self.oom_cause = OomCause::DeviceFull;
+        let Some((size, alloc_size)) = size::request_sizes(orig_size, &self.conf) else {
+            // torch 2.15 wraps around here; nothing is touched and the request is an OOM.
+            self.oom_cause = OomCause::SizeOverflow;
+            let p = Params {
+                stream,
+                pool: PoolKind::Large,
+                size: orig_size,
+                alloc_size: orig_size,
+            };
+            return Err(self.out_of_memory(&p, orig_size));
+        };
         let pool = if size::is_small(size) {
             PoolKind::Small
         } else {
@@ -49,7 +54,7 @@ impl<D: Device> State<D> {
             stream,
             pool,
             size,
-            alloc_size: size::allocation_size(size, &self.conf),
+            alloc_size,
         };
         let mut found = self.get_free_block(&p);
         if found.is_none() {
@@ -57,6 +62,9 @@ impl<D: Device> State<D> {
                 self.garbage_collect_cached_blocks()?;
             }
             found = self.alloc_block(&p, false)?;
+            if self.oom_cause == OomCause::PreemptiveRejection {
+                return Err(self.out_of_memory(&p, orig_size));
+            }
             if found.is_none() && self.release_available_cached_blocks(&p)? {
                 found = self.alloc_block(&p, false)?;
             }
@@ -149,10 +157,16 @@ impl<D: Device> State<D> {
         if is_retry {
             self.stats.num_alloc_retries += 1;
         }
-        if let Some(allowed) = self.allowed_memory_maximum
-            && self.total_allocated_memory.saturating_add(p.alloc_size) > allowed
-        {
-            return Ok(None);
+        let reserved_after = self.total_allocated_memory.saturating_add(p.alloc_size);
+        match self.allowed_memory_maximum {
+            Some(allowed) if reserved_after > allowed => return Ok(None),
+            // torch 2.15 checks `throw_on_cudamalloc_oom` only where no fraction is set, against
+            // the whole device (the oracle: a fraction of 0.999 takes the ordinary path).
+            None if self.conf.throw_on_cudamalloc_oom && reserved_after > self.device_total => {
+                self.oom_cause = OomCause::PreemptiveRejection;
+                return Ok(None);
+            }
+            _ => {}
         }
         if self.conf.expandable_segments {
             return self.try_allocate_expandable_block(p);
@@ -263,9 +277,13 @@ impl<D: Device> State<D> {
             Ok(i) => i,
             Err(e) => return e.into(),
         };
-        self.stats.num_ooms += 1;
-        if let Some(h) = &mut self.history {
-            h.push_oom(p.size, p.stream, info.free);
+        if self.oom_cause == OomCause::PreemptiveRejection {
+            self.stats.num_oom_rejections += 1;
+        } else {
+            self.stats.num_ooms += 1;
+            if let Some(h) = &mut self.history {
+                h.push_oom(p.size, p.stream, info.free);
+            }
         }
         AllocError::OutOfMemory(Box::new(OomReport {
             device: self.device_index,
@@ -279,6 +297,7 @@ impl<D: Device> State<D> {
             reserved: self.stats.reserved_bytes.all().current as u64,
             allowed: self.allowed_memory_maximum,
             expandable_segments: self.conf.expandable_segments,
+            cause: self.oom_cause,
         }))
     }
 }

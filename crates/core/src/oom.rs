@@ -1,6 +1,6 @@
 //! The out-of-memory report with torch 2.15's text (the errors are in `error.rs`).
 
-use cachalot_device::StreamId;
+use cachalot_device::{DeviceError, StreamId};
 
 // The paths import the error from here, next to the report it carries.
 pub(crate) use crate::error::AllocError;
@@ -18,6 +18,28 @@ pub fn format_size(bytes: u64) -> String {
     } else {
         format!("{:.2} GiB", bytes as f64 / 1_073_741_824.0)
     }
+}
+
+/// Why a request ran out of memory; each cause has its own torch 2.15 message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OomCause {
+    /// The device (or the memory-fraction limit) could not hold a new segment after the whole
+    /// retry ladder.
+    #[default]
+    DeviceFull,
+    /// `throw_on_cudamalloc_oom:True` without a fraction: the new segment would have taken
+    /// reserved memory past the device's capacity, so torch refused it before calling the
+    /// device (counted in `num_oom_rejections`, not `num_ooms`).
+    PreemptiveRejection,
+    /// With `expandable_segments_reserve` set, the request is bigger than one segment's
+    /// address reservation of `reserve` bytes (but not bigger than the device).
+    ExceedsExpandableReserve {
+        /// The reserve asked for, in bytes.
+        reserve: u64,
+    },
+    /// Rounding the request overflows 64 bits. torch 2.15 wraps around here (a corrupt
+    /// block or an internal assert); cachalot reports an ordinary, counted out-of-memory.
+    SizeOverflow,
 }
 
 /// Everything known when a request could not be served, as numbers. `Display` is torch
@@ -46,6 +68,8 @@ pub struct OomReport {
     pub allowed: Option<u64>,
     /// Whether expandable segments were enabled (torch then gives different advice).
     pub expandable_segments: bool,
+    /// What kind of failure this is.
+    pub cause: OomCause,
 }
 
 impl OomReport {
@@ -57,6 +81,13 @@ impl OomReport {
 
 impl std::fmt::Display for OomReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.cause == OomCause::PreemptiveRejection {
+            return write!(
+                f,
+                "CUDA out of memory. Allocation was preemptively rejected because it would exceed per_process_memory_fraction limit. Requested size: {}",
+                format_size(self.requested)
+            );
+        }
         let allowed = match self.allowed {
             Some(a) => format!("{} allowed; ", format_size(a)),
             None => String::new(),
@@ -72,10 +103,49 @@ impl std::fmt::Display for OomReport {
             format_size(self.allocated),
             format_size(self.reserved_unallocated()),
         )?;
-        if self.expandable_segments {
+        if let OomCause::ExceedsExpandableReserve { reserve } = self.cause {
+            write!(
+                f,
+                " This allocation exceeds the expandable-segment reserve of {} for this stream, and a single allocation cannot span expandable segments. Raise PYTORCH_CUDA_ALLOC_CONF expandable_segments_reserve or expandable_segments_reserve_by_class (or unset it) so that a segment is at least {}.",
+                format_size(reserve),
+                format_size(self.alloc_size)
+            )
+        } else if self.expandable_segments {
             f.write_str(" expandable_segments is enabled. If instead the process is running out of virtual address space (VSZ), expandable segments may be over-reserving VA (each segment reserves ~9/8 of device memory, times the number of streams); reduce it via PYTORCH_CUDA_ALLOC_CONF expandable_segments_reserve / expandable_segments_reserve_by_class.")
         } else {
             f.write_str(" If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
+        }
+    }
+}
+
+impl AllocError {
+    /// The message torch 2.15 raises for this error as a fatal `c10::Error` (what the oracle
+    /// prints as `fatal_error`): `CUDA error: …` for runtime calls, `CUDA driver error: …`
+    /// for driver calls; other errors keep their own text.
+    pub fn torch_message(&self) -> String {
+        let AllocError::Device(e) = self else {
+            return self.to_string();
+        };
+        let (call, message) = match e {
+            DeviceError::OutOfMemory => ("cudaMalloc", "out of memory"),
+            DeviceError::Driver { call, message } => (*call, message.as_str()),
+            DeviceError::NotSupported { call } => (*call, "operation not supported"),
+        };
+        let (text, name) = if message.starts_with("out of memory") {
+            ("out of memory", "cudaErrorMemoryAllocation")
+        } else if message.starts_with("invalid value") {
+            ("invalid argument", "cudaErrorInvalidValue")
+        } else if message.starts_with("operation not supported") {
+            ("operation not supported", "cudaErrorNotSupported")
+        } else {
+            (message, "cudaErrorUnknown")
+        };
+        if call.starts_with("cuda") {
+            format!(
+                "CUDA error: {text}\nSearch for `{name}' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.\n"
+            )
+        } else {
+            format!("CUDA driver error: {text}")
         }
     }
 }

@@ -23,10 +23,6 @@ pub const ROUND_LARGE: u64 = 2 * MIB;
 /// Large-pool remainders must be bigger than this to be split off (`kSmallSize`).
 pub const MAX_UNSPLIT_REMAINDER: u64 = MIB;
 
-/// The largest request [`round_size`] can handle without overflowing: anything above is
-/// rejected up front (torch 2.15 wraps around instead and corrupts its statistics).
-pub const MAX_REQUEST: u64 = u64::MAX - 4 * ROUND_LARGE;
-
 /// Whether the `max_split_size_mb` rules refuse a free block of `block` bytes for a request
 /// rounded to `size` bytes (`get_free_block`): a normal request never takes an oversize block,
 /// and an oversize request takes one only if it is less than `max_non_split_rounding_mb`
@@ -48,35 +44,44 @@ pub fn division_slot(size: u64) -> usize {
     (log.saturating_sub(20)).min(15) as usize
 }
 
-/// Rounds `size` up to the next of `divisions` equal steps between two powers of two.
-fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
+/// Rounds `size` up to the next of `divisions` equal steps between two powers of two; `None`
+/// when that is past `u64::MAX`.
+fn roundup_power2_next_division(size: u64, divisions: u64) -> Option<u64> {
     if size.is_power_of_two() {
-        return size;
+        return Some(size);
     }
     let floor = 1u64 << (63 - size.leading_zeros());
     let step = floor >> divisions.trailing_zeros();
     if step == 0 {
-        return floor << 1;
+        return floor.checked_mul(2);
     }
     let rounded_down = size & !(step - 1);
     if rounded_down == size {
-        size
+        Some(size)
     } else {
-        rounded_down + step
+        rounded_down.checked_add(step)
     }
 }
 
-/// The block size for a request of `size` bytes (`round_size`). `size` must be at most
-/// [`MAX_REQUEST`].
-pub fn round_size(size: u64, conf: &AllocConf) -> u64 {
+/// `x` rounded up to a multiple of `m`, or `None` when that does not fit in a `u64`.
+pub fn checked_round_up(x: u64, m: u64) -> Option<u64> {
+    x.div_ceil(m).checked_mul(m)
+}
+
+/// The block size for a request of `size` bytes (`round_size`), or `None` when rounding goes
+/// past `u64::MAX` (torch 2.15 wraps around there; cachalot reports an out-of-memory).
+pub fn round_size(size: u64, conf: &AllocConf) -> Option<u64> {
     if size < MIN_BLOCK_SIZE {
-        return MIN_BLOCK_SIZE;
+        return Some(MIN_BLOCK_SIZE);
     }
     let divisions = conf.roundup_power2_divisions[division_slot(size)];
-    if divisions > 1 && size > MIN_BLOCK_SIZE * divisions && size <= conf.roundup_bypass_threshold {
+    if divisions > 1
+        && size > MIN_BLOCK_SIZE.saturating_mul(divisions)
+        && size <= conf.roundup_bypass_threshold
+    {
         roundup_power2_next_division(size, divisions)
     } else {
-        size.div_ceil(MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+        checked_round_up(size, MIN_BLOCK_SIZE)
     }
 }
 
@@ -86,20 +91,31 @@ pub fn is_small(rounded: u64) -> bool {
     rounded <= SMALL_SIZE
 }
 
-/// The size of a new segment for a rounded request (`get_allocation_size`).
-pub fn allocation_size(rounded: u64, conf: &AllocConf) -> u64 {
+/// The size of a new segment for a rounded request (`get_allocation_size`), or `None` when
+/// rounding up to [`ROUND_LARGE`] goes past `u64::MAX`.
+pub fn allocation_size(rounded: u64, conf: &AllocConf) -> Option<u64> {
     if rounded <= SMALL_SIZE {
-        SMALL_BUFFER
+        Some(SMALL_BUFFER)
     } else if rounded < MIN_LARGE_ALLOC {
-        conf.large_segment_size
+        Some(conf.large_segment_size)
     } else {
-        rounded.div_ceil(ROUND_LARGE) * ROUND_LARGE
+        checked_round_up(rounded, ROUND_LARGE)
     }
+}
+
+/// The block size and segment size of a request, or `None` when either overflows.
+pub fn request_sizes(size: u64, conf: &AllocConf) -> Option<(u64, u64)> {
+    let rounded = round_size(size, conf)?;
+    Some((rounded, allocation_size(rounded, conf)?))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn round_size_ok(size: u64, c: &AllocConf) -> u64 {
+        round_size(size, c).expect("no overflow")
+    }
 
     fn conf_div(d: u64) -> AllocConf {
         AllocConf {
@@ -111,40 +127,41 @@ mod tests {
     #[test]
     fn default_rounding_is_512_bytes() {
         let c = AllocConf::default();
-        assert_eq!(round_size(1, &c), 512);
-        assert_eq!(round_size(512, &c), 512);
-        assert_eq!(round_size(513, &c), 1024);
-        assert_eq!(round_size(13 * MIB + 1, &c), 13 * MIB + 512);
+        assert_eq!(round_size_ok(1, &c), 512);
+        assert_eq!(round_size_ok(512, &c), 512);
+        assert_eq!(round_size_ok(513, &c), 1024);
+        assert_eq!(round_size_ok(13 * MIB + 1, &c), 13 * MIB + 512);
     }
 
     #[test]
     fn power2_divisions_match_the_spec_examples() {
         let c = conf_div(4);
-        assert_eq!(round_size(1000, &c), 1024);
-        assert_eq!(round_size(1200, &c), 1536);
-        assert_eq!(round_size(2049, &c), 2560);
-        assert_eq!(round_size(5000, &c), 5120);
-        assert_eq!(round_size(1025 * MIB, &c), 1280 * MIB);
-        assert_eq!(round_size(5 * MIB + 1, &c), 6 * MIB);
+        assert_eq!(round_size_ok(1000, &c), 1024);
+        assert_eq!(round_size_ok(1200, &c), 1536);
+        assert_eq!(round_size_ok(2049, &c), 2560);
+        assert_eq!(round_size_ok(5000, &c), 5120);
+        assert_eq!(round_size_ok(1025 * MIB, &c), 1280 * MIB);
+        assert_eq!(round_size_ok(5 * MIB + 1, &c), 6 * MIB);
     }
 
     #[test]
     fn bypass_threshold_skips_power2_rounding_above_it() {
         let mut c = conf_div(4);
         c.roundup_bypass_threshold = 100 * MIB;
-        assert_eq!(round_size(5 * MIB + 1, &c), 6 * MIB);
-        assert_eq!(round_size(1025 * MIB, &c), 1025 * MIB);
+        assert_eq!(round_size_ok(5 * MIB + 1, &c), 6 * MIB);
+        assert_eq!(round_size_ok(1025 * MIB, &c), 1025 * MIB);
     }
 
     #[test]
     fn segment_sizes_follow_the_three_classes() {
         let c = AllocConf::default();
-        assert_eq!(allocation_size(512, &c), 2 * MIB);
-        assert_eq!(allocation_size(MIB, &c), 2 * MIB);
-        assert_eq!(allocation_size(MIB + 512, &c), 20 * MIB);
-        assert_eq!(allocation_size(10 * MIB - 512, &c), 20 * MIB);
-        assert_eq!(allocation_size(10 * MIB, &c), 10 * MIB);
-        assert_eq!(allocation_size(13 * MIB + 512, &c), 14 * MIB);
+        let seg = |r| allocation_size(r, &c).unwrap();
+        assert_eq!(seg(512), 2 * MIB);
+        assert_eq!(seg(MIB), 2 * MIB);
+        assert_eq!(seg(MIB + 512), 20 * MIB);
+        assert_eq!(seg(10 * MIB - 512), 20 * MIB);
+        assert_eq!(seg(10 * MIB), 10 * MIB);
+        assert_eq!(seg(13 * MIB + 512), 14 * MIB);
     }
 
     #[test]
@@ -154,5 +171,49 @@ mod tests {
         assert_eq!(division_slot(2 * MIB), 1);
         assert_eq!(division_slot(256 * MIB), 8);
         assert_eq!(division_slot(u64::MAX), 15);
+    }
+
+    /// Issue #10, crash 1: with `roundup_power2_divisions:2`, 2^63 + 2^62 + 1 rounded to
+    /// `rounded_down + step` = 2^64, which wrapped to a 0-byte block.
+    #[test]
+    fn rounding_past_u64_max_is_none_not_zero() {
+        assert_eq!(round_size(13_835_058_055_282_163_713, &conf_div(2)), None);
+        assert_eq!(round_size(u64::MAX, &AllocConf::default()), None);
+        assert_eq!(round_size(u64::MAX - 510, &AllocConf::default()), None);
+        assert_eq!(
+            round_size(u64::MAX - 511, &AllocConf::default()),
+            Some(u64::MAX - 511)
+        );
+    }
+
+    /// torch 2.15's own arithmetic holds up to 2^64 - 2 MiB (the oracle makes two failing
+    /// `cudaMalloc` calls there); one byte more and the segment size wraps.
+    #[test]
+    fn segment_size_overflow_boundary_is_two_mib_below_u64_max() {
+        let c = AllocConf::default();
+        let last = u64::MAX - 2 * MIB + 1;
+        assert_eq!(request_sizes(last, &c), Some((last, last)));
+        assert_eq!(request_sizes(last + 1, &c), None);
+    }
+
+    #[test]
+    fn no_size_panics_or_wraps() {
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        for d in [0, 2, 3, 4, 8, 64] {
+            let c = conf_div(d);
+            for k in 0..4000u64 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let size = if k % 2 == 0 {
+                    rng
+                } else {
+                    u64::MAX - (rng >> (k % 64))
+                };
+                if let Some((rounded, seg)) = request_sizes(size, &c) {
+                    assert!(rounded >= size && seg >= rounded, "{size}: {rounded} {seg}");
+                }
+            }
+        }
     }
 }

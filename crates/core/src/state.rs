@@ -10,6 +10,7 @@ use crate::block::{Arena, Block, BlockId, PoolKind};
 use crate::config::AllocConf;
 use crate::expandable::ExpandableSegment;
 use crate::history::{History, TraceAction};
+use crate::oom::OomCause;
 use crate::pool::BlockPool;
 use crate::stats::DeviceStats;
 
@@ -37,6 +38,9 @@ pub(crate) struct State<D> {
     pub history: Option<History>,
     /// Creation number for the next segment (torch's `registration_counter_global`).
     pub next_segment_id: u32,
+    /// Why the request being served found no memory, for its out-of-memory message; reset at
+    /// the start of every `malloc`.
+    pub oom_cause: OomCause,
 }
 
 impl<D: Device> State<D> {
@@ -70,16 +74,19 @@ impl<D: Device> State<D> {
             stats,
             history: None,
             next_segment_id: 0,
+            oom_cause: OomCause::DeviceFull,
         };
         let fraction = state.conf.per_process_memory_fraction;
         state.set_memory_fraction(fraction);
         Ok(state)
     }
 
-    /// `setMemoryFraction`: a fraction below 1 sets a limit; 1 clears it.
+    /// `setMemoryFraction`: a fraction below 1 sets a limit; 1 clears it. torch 2.15 rounds
+    /// the product to the nearest byte, halves away from zero (the oracle: 0.25 × (4k + 3)
+    /// bytes allows k + 1, 0.5 × (2k + 1) allows k + 1).
     pub fn set_memory_fraction(&mut self, fraction: f64) {
         self.allowed_memory_maximum = if fraction < 1.0 {
-            Some((fraction * self.device_total as f64) as u64)
+            Some((fraction * self.device_total as f64).round() as u64)
         } else {
             None
         };

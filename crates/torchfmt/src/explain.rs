@@ -174,7 +174,9 @@ pub fn explain_oom<'s>(
     let mut x = OomExplanation {
         request,
         small_pool,
-        alloc_size: allocation_size(request.rounded, conf),
+        // A hostile snapshot can name a request whose segment size overflows: say "the most
+        // there is" rather than wrap to 0.
+        alloc_size: allocation_size(request.rounded, conf).unwrap_or(u64::MAX),
         reserved: 0,
         segments: 0,
         allocated: 0,
@@ -194,22 +196,22 @@ pub fn explain_oom<'s>(
         if s.device != request.device {
             continue;
         }
-        x.segments += 1;
-        x.reserved += s.total_size;
-        x.allocated += s.allocated_size;
+        x.segments = x.segments.saturating_add(1);
+        x.reserved = x.reserved.saturating_add(s.total_size);
+        x.allocated = x.allocated.saturating_add(s.allocated_size);
         let whole_free = s.blocks.len() == 1 && s.blocks[0].state == BlockState::Inactive;
         for b in &s.blocks {
             match b.state {
                 BlockState::ActiveAllocated => continue,
                 BlockState::ActivePendingFree => {
-                    x.pending_free += b.size;
+                    x.pending_free = x.pending_free.saturating_add(b.size);
                     continue;
                 }
                 BlockState::Inactive => {}
             }
-            x.free_cached += b.size;
+            x.free_cached = x.free_cached.saturating_add(b.size);
             if whole_free && !s.is_expandable {
-                x.releasable += b.size;
+                x.releasable = x.releasable.saturating_add(b.size);
             }
             match x
                 .free_by_stream
@@ -218,8 +220,8 @@ pub fn explain_oom<'s>(
             {
                 Some(f) => {
                     f.largest = f.largest.max(b.size);
-                    f.total += b.size;
-                    f.blocks += 1;
+                    f.total = f.total.saturating_add(b.size);
+                    f.blocks = f.blocks.saturating_add(1);
                 }
                 None => x.free_by_stream.push(FreeByStream {
                     is_small: s.is_small,
@@ -230,15 +232,15 @@ pub fn explain_oom<'s>(
                 }),
             }
             if s.is_small != small_pool {
-                x.other_pool += b.size;
+                x.other_pool = x.other_pool.saturating_add(b.size);
             } else if s.stream != request.stream {
-                x.other_stream += b.size;
+                x.other_stream = x.other_stream.saturating_add(b.size);
             } else if b.size < request.rounded {
-                x.too_small += b.size;
+                x.too_small = x.too_small.saturating_add(b.size);
             } else if refuses_oversize(conf, request.rounded, b.size, s.is_expandable) {
-                x.refused_oversize += b.size;
+                x.refused_oversize = x.refused_oversize.saturating_add(b.size);
             } else {
-                x.would_fit += b.size;
+                x.would_fit = x.would_fit.saturating_add(b.size);
             }
         }
     }
@@ -274,7 +276,7 @@ impl OomExplanation {
             format!(
                 "fragmentation: {} was free (cache {} + device {}), more than the {} needed, \
                  but not in one usable piece",
-                format_size(self.free_cached + self.request.device_free),
+                format_size(self.free_cached.saturating_add(self.request.device_free)),
                 format_size(self.free_cached),
                 format_size(self.request.device_free),
                 format_size(need)
@@ -284,7 +286,7 @@ impl OomExplanation {
                 "not enough memory: only {} was free in the cache and on the device for a \
                  {} segment; fragmentation alone does not explain it (the program holds {} \
                  allocated)",
-                format_size(self.free_cached + self.request.device_free),
+                format_size(self.free_cached.saturating_add(self.request.device_free)),
                 format_size(need),
                 format_size(self.allocated)
             )
