@@ -138,6 +138,9 @@ pub struct ReplayReport {
     /// The memory snapshot where the replay ended, if asked for
     /// ([`ReplayOptions::snapshot_at_end`]).
     pub snapshot: Option<MemorySnapshot>,
+    /// The error that stopped the replay, if one did: its trace line and torch's message
+    /// (the oracle's `fatal_error`). Only [`ReplayError::report`] carries such a report.
+    pub fatal_error: Option<(u64, String)>,
 }
 
 impl ReplayReport {
@@ -151,15 +154,30 @@ impl ReplayReport {
     }
 }
 
-/// A replay that failed for a reason other than out-of-memory (a device error).
+/// A replay that failed for a reason other than out-of-memory (a device error, as torch's
+/// fatal `c10::Error`).
 #[derive(Debug, thiserror::Error)]
-#[error("replay stopped at trace line {line}: {source}")]
+#[error("replay stopped at trace line {line}: {}", source.torch_message().trim_end())]
 pub struct ReplayError {
     /// The trace line.
     pub line: u64,
     /// What went wrong.
     #[source]
     pub source: AllocError,
+    /// What the replay did up to the error (statistics, device calls, with
+    /// [`ReplayReport::fatal_error`] set), when the error came from a trace row; the oracle
+    /// reports it too.
+    pub report: Option<Box<ReplayReport>>,
+}
+
+impl ReplayError {
+    fn at(line: u64, source: AllocError) -> Self {
+        ReplayError {
+            line,
+            source,
+            report: None,
+        }
+    }
 }
 
 /// What a [`replay_with_hook`] hook sees after an operation.
@@ -209,8 +227,8 @@ fn replay_inner(
         device.enable_log();
     }
     let tag = device.tag_handle();
-    let alloc = Target::new(opts.conf.clone(), device, 0)
-        .map_err(|source| ReplayError { line: 0, source })?;
+    let alloc =
+        Target::new(opts.conf.clone(), device, 0).map_err(|source| ReplayError::at(0, source))?;
     if opts.history_entries.is_some() {
         // Only the caching allocator records; the direct backends replay without a history.
         let _ = alloc.record_history(opts.history_entries);
@@ -223,6 +241,7 @@ fn replay_inner(
     let mut samples = Vec::new();
     let mut stopped_early = false;
     let mut events = 0u64;
+    let mut fatal = None;
     let start = Instant::now();
     for (i, op) in trace.ops.iter().enumerate() {
         events += 1;
@@ -263,15 +282,19 @@ fn replay_inner(
                         failed[slot as usize] = true;
                         rejected.push((line, e.to_string()));
                     }
-                    Err(MallocError::Fatal(source)) => return Err(ReplayError { line, source }),
+                    Err(MallocError::Fatal(source)) => {
+                        fatal = Some((line, source));
+                        break;
+                    }
                 }
             }
             TraceOp::Free { slot, line } => {
                 let p = std::mem::take(&mut ptrs[slot as usize]);
                 if p != 0 {
-                    alloc
-                        .free(p)
-                        .map_err(|source| ReplayError { line, source })?;
+                    if let Err(source) = alloc.free(p) {
+                        fatal = Some((line, source));
+                        break;
+                    }
                 } else if failed[slot as usize] {
                     ooms.skipped_frees += 1;
                 }
@@ -310,25 +333,20 @@ fn replay_inner(
     let stats = alloc.stats().unwrap_or_default();
     let mem_info_at_end = alloc
         .with_device(cachalot_core::Device::mem_get_info)
-        .map_err(|e| ReplayError {
-            line: 0,
-            source: e.into(),
-        })?;
+        .map_err(|e| ReplayError::at(0, e.into()))?;
     let snapshot = if opts.snapshot_at_end {
         alloc.snapshot().ok()
     } else {
         None
     };
-    let after_empty_cache = if opts.empty_cache_at_end {
+    let after_empty_cache = if opts.empty_cache_at_end && fatal.is_none() {
         tag.store(-1, Ordering::Relaxed);
         for p in ptrs.iter().copied().filter(|&p| p != 0) {
-            alloc
-                .free(p)
-                .map_err(|source| ReplayError { line: 0, source })?;
+            alloc.free(p).map_err(|source| ReplayError::at(0, source))?;
         }
         alloc
             .empty_cache()
-            .map_err(|source| ReplayError { line: 0, source })?;
+            .map_err(|source| ReplayError::at(0, source))?;
         Some(AfterEmptyCache {
             stats: alloc.stats().unwrap_or_default(),
             phys_used: alloc.with_device(|d| d.phys_used()),
@@ -337,8 +355,13 @@ fn replay_inner(
         None
     };
     let mut device = alloc.into_device();
-    Ok(ReplayReport {
-        events,
+    let report = ReplayReport {
+        // The oracle counts the trace's events, also when an error stopped the replay.
+        events: if fatal.is_some() {
+            trace.ops.len() as u64
+        } else {
+            events
+        },
         stats,
         ooms,
         rejected,
@@ -352,5 +375,16 @@ fn replay_inner(
         samples,
         after_empty_cache,
         snapshot,
-    })
+        fatal_error: fatal
+            .as_ref()
+            .map(|(line, e): &(u64, AllocError)| (*line, e.torch_message())),
+    };
+    match fatal {
+        None => Ok(report),
+        Some((line, source)) => Err(ReplayError {
+            line,
+            source,
+            report: Some(Box::new(report)),
+        }),
+    }
 }

@@ -130,7 +130,12 @@ pub fn report_json(
     m.insert("capacity".into(), capacity.into());
     m.insert("device_count".into(), 1.into());
     m.insert("ignore_streams".into(), meta.ignore_streams.into());
-    m.insert("trace_stats".into(), trace_stats_json(trace));
+    let mut stats = trace_stats_json(trace);
+    if meta.ignore_streams {
+        // The oracle creates no stream when it ignores them, and counts the ones it created.
+        stats["streams"] = 0.into();
+    }
+    m.insert("trace_stats".into(), stats);
     m.insert("events".into(), r.events.into());
     m.insert("peak".into(), headline_json(&r.stats, true));
     m.insert("final".into(), headline_json(&r.stats, false));
@@ -188,6 +193,12 @@ pub fn report_json(
             "clock": "std::time::Instant, replay loop only",
         }),
     );
+    if let Some((line, message)) = &r.fatal_error {
+        m.insert(
+            "fatal_error".into(),
+            json!({"trace_line": line, "message": message}),
+        );
+    }
     if let Some(a) = &r.after_empty_cache {
         m.insert(
             "after_empty_cache".into(),

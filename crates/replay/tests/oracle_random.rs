@@ -1,43 +1,26 @@
-//! Differential test against torch 2.15 itself: random traces replayed by the oracle
-//! (`shared/oracle`, torch's own allocator on the simulated device) and by cachalot must give
-//! the same device-call log, row for row.
+//! The standing differential test against torch 2.15 itself (the oracle, `shared/oracle`:
+//! torch's own allocator on the simulated device).
 //!
-//! Runs only where the oracle is set up (`shared/oracle/setup.sh` beside the checkout, or
-//! `CACHALOT_ORACLE=/path/to/oracle`); elsewhere it prints why it was skipped. The golden test
-//! covers the committed fixtures on every machine; this one finds differences on traces nobody
-//! has seen before.
+//! Each run draws a random trace of 1–6 streams and a random configuration over every key
+//! torch 2.15 accepts, with values near the thresholds (`max_split_size_mb` 20/21/40, odd
+//! `roundup_power2_divisions` lists, garbage collection with small fractions, expandable
+//! reserves, `large_segment_size_mb`, `throw_on_cudamalloc_oom`, `backend:cudaMallocAsync`
+//! and the no-caching variables). The capacity where the oracle stops running out of memory
+//! is found by bisection; the case is then replayed on both sides at that boundary, ±2 MiB
+//! and ±64 MiB, and compared on the exit status, statistics, counts, OOM and fatal-error
+//! text and the device calls row for row (`common::differences`).
+//!
+//! Runs only where the oracle is set up; elsewhere it prints why it was skipped.
+//! `CACHALOT_ORACLE_RUNS` (default 8 cases, 40 runs) and `CACHALOT_ORACLE_SEED` size it;
+//! `scripts/oracle_random.sh` runs a long one. Differing traces are kept under
+//! `CACHALOT_ORACLE_OUT` when set, for `scripts/oracle_diff.py --shrink`.
+
+mod common;
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-use cachalot_core::config::parse_pytorch;
-use cachalot_replay::report::write_segments;
-use cachalot_replay::{ReplayOptions, load_rmm, replay};
-use cachalot_sim::SimConfig;
-
-fn oracle() -> Result<PathBuf, String> {
-    let path = match std::env::var_os("CACHALOT_ORACLE") {
-        Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/oracle/oracle"),
-    };
-    if !path.exists() {
-        return Err(format!("no oracle at {}", path.display()));
-    }
-    let setup = path.with_file_name("setup.sh");
-    let ok = Command::new(&setup)
-        .arg("--check")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        return Err(format!(
-            "oracle not set up ({} --check fails)",
-            setup.display()
-        ));
-    }
-    Ok(path)
-}
+use common::{Case, differences, oracle, run_oracle, run_ours};
 
 /// A small deterministic generator (SplitMix64).
 struct Rng(u64);
@@ -52,6 +35,12 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn pick<'a, T: ?Sized>(&mut self, items: &[&'a T]) -> &'a T {
+        items[self.below(items.len() as u64) as usize]
+    }
     /// Log-uniform in [lo, hi).
     fn log_uniform(&mut self, lo: u64, hi: u64) -> u64 {
         let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
@@ -59,21 +48,50 @@ impl Rng {
     }
 }
 
-fn random_trace(seed: u64, events: usize, streams: u64, max_live: usize) -> String {
-    let mut rng = Rng(seed);
+const MIB: u64 = 1 << 20;
+
+/// A request size: mostly ordinary, often right at a size-class edge.
+fn request_size(rng: &mut Rng) -> u64 {
+    let edges = [
+        512,
+        MIB,
+        MIB + 1,
+        2 * MIB,
+        10 * MIB - 1,
+        10 * MIB,
+        20 * MIB,
+        21 * MIB,
+        40 * MIB,
+        64 * MIB,
+    ];
+    match rng.below(20) {
+        0..=1 => {
+            let e = edges[rng.below(edges.len() as u64) as usize];
+            (e + rng.below(3)).saturating_sub(1)
+        }
+        2..=10 => rng.log_uniform(1, MIB),
+        11..=16 => rng.log_uniform(MIB, 12 * MIB),
+        17..=18 => rng.log_uniform(12 * MIB, 160 * MIB),
+        _ => rng.log_uniform(160 * MIB, 700 * MIB),
+    }
+}
+
+fn random_trace(rng: &mut Rng) -> String {
+    let streams = 1 + rng.below(6);
+    let events = 100 + rng.below(1400) as usize;
+    let max_live = 20 + rng.below(200) as usize;
+    let stream_ids: Vec<u64> = (0..streams)
+        .map(|s| if s == 0 { 0 } else { 0x10 + s })
+        .collect();
     let mut live: Vec<u64> = Vec::new();
     let mut next = 1u64;
     let mut out = String::from("Thread,Time,Action,Pointer,Size,Stream\n");
     for t in 0..events {
-        let alloc = live.is_empty() || (live.len() < max_live && rng.below(2) == 0);
+        let alloc = live.is_empty() || (live.len() < max_live && rng.chance(55));
         if alloc {
-            let size = match rng.below(10) {
-                0..=5 => rng.log_uniform(1, 1 << 20),
-                6..=8 => rng.log_uniform(1 << 20, 10 << 20),
-                _ => rng.log_uniform(10 << 20, 200 << 20),
-            };
-            let stream = rng.below(streams);
-            writeln!(out, "1,{t},allocate,{next:#x},{size},{stream}").unwrap();
+            let size = request_size(rng);
+            let stream = stream_ids[rng.below(streams) as usize];
+            writeln!(out, "1,{t},allocate,{next:#x},{size},{stream:#x}").unwrap();
             live.push(next);
             next += 1;
         } else {
@@ -84,8 +102,128 @@ fn random_trace(seed: u64, events: usize, streams: u64, max_live: usize) -> Stri
     out
 }
 
+/// A configuration over the keys torch 2.15 accepts, values near their thresholds.
+fn random_conf(rng: &mut Rng) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut add = |rng: &mut Rng, p: u64, key: &str, values: &[&str]| {
+        if rng.chance(p) {
+            parts.push(format!("{key}:{}", rng.pick(values)));
+        }
+    };
+    add(
+        rng,
+        30,
+        "max_split_size_mb",
+        &["20", "21", "40", "64", "128", "300"],
+    );
+    add(
+        rng,
+        15,
+        "max_non_split_rounding_mb",
+        &["0", "1", "20", "64"],
+    );
+    add(
+        rng,
+        15,
+        "large_segment_size_mb",
+        &["11", "12", "20", "22", "40"],
+    );
+    add(
+        rng,
+        30,
+        "roundup_power2_divisions",
+        &[
+            "1",
+            "2",
+            "4",
+            "8",
+            "[256:1,512:2,1024:4,>:8]",
+            "[64:4,>:2]",
+            "[1:2,2:8,8:1,>:4]",
+            "[>:16]",
+            "[32:32,>:1]",
+        ],
+    );
+    add(
+        rng,
+        20,
+        "garbage_collection_threshold",
+        &["0.01", "0.1", "0.5", "0.8", "0.99"],
+    );
+    add(rng, 30, "expandable_segments", &["True", "False"]);
+    add(rng, 10, "release_lock_on_cudamalloc", &["True", "False"]);
+    add(
+        rng,
+        30,
+        "per_process_memory_fraction",
+        &["0.3", "0.5", "0.7", "0.9", "0.999", "1.0"],
+    );
+    add(rng, 20, "throw_on_cudamalloc_oom", &["True", "False"]);
+    add(
+        rng,
+        15,
+        "expandable_segments_reserve",
+        &["0.01", "0.1", "0.5", "1.0", "1.125", "2.0", "0.5G", "4G"],
+    );
+    add(
+        rng,
+        5,
+        "graph_capture_record_stream_reuse",
+        &["True", "False"],
+    );
+    add(rng, 5, "pinned_num_register_threads", &["1", "8"]);
+    add(rng, 6, "backend", &["native", "cudaMallocAsync"]);
+    // Shuffle: the order of keys matters to torch only where one key reads another.
+    for i in (1..parts.len()).rev() {
+        parts.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    parts.join(",")
+}
+
+fn random_env(rng: &mut Rng) -> (Option<String>, Option<String>) {
+    let cuda = match rng.below(14) {
+        0 => Some("1".to_string()),
+        1 => Some("0".to_string()),
+        _ => None,
+    };
+    let hip = rng.chance(4).then(|| "1".to_string());
+    (cuda, hip)
+}
+
+/// Whether the oracle runs `trace` under `case` without an out-of-memory.
+fn fits(oracle: &Path, trace: &Path, case: &Case, scratch: &Path) -> bool {
+    let o = run_oracle(oracle, trace, case, scratch);
+    o.status == 0 && o.json["ooms"]["count"].as_u64() == Some(0)
+}
+
+/// The smallest capacity (a multiple of 2 MiB) at which the oracle replays `trace` without an
+/// out-of-memory, by bisection between 2 MiB and the peak it reserves on an 80 GiB device.
+fn oom_boundary(oracle: &Path, trace: &Path, base: &Case, scratch: &Path) -> u64 {
+    let mut case = base.clone();
+    case.capacity = 80 << 30;
+    let o = run_oracle(oracle, trace, &case, scratch);
+    let peak = o.json["peak"]["reserved_bytes"].as_u64().unwrap_or(0);
+    let phys = o.json["fake_device"]["phys_peak"].as_u64().unwrap_or(0);
+    let mut hi = (peak.max(phys) + 64 * MIB).div_ceil(2 * MIB) * 2 * MIB;
+    let mut lo = 0;
+    case.capacity = hi;
+    if !fits(oracle, trace, &case, scratch) {
+        return hi;
+    }
+    while hi - lo > 2 * MIB {
+        let mid = (lo + hi) / 2 / (2 * MIB) * (2 * MIB);
+        case.capacity = mid.max(2 * MIB);
+        if fits(oracle, trace, &case, scratch) {
+            hi = case.capacity;
+        } else {
+            lo = case.capacity;
+        }
+    }
+    hi
+}
+
 #[test]
-fn random_traces_match_the_oracle() {
+fn random_configs_traces_and_capacities_match_the_oracle() {
     let oracle = match oracle() {
         Ok(p) => p,
         Err(why) => {
@@ -93,62 +231,70 @@ fn random_traces_match_the_oracle() {
             return;
         }
     };
+    let cases: u64 = std::env::var("CACHALOT_ORACLE_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let seed: u64 = std::env::var("CACHALOT_ORACLE_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_150);
+    let keep = std::env::var_os("CACHALOT_ORACLE_OUT").map(std::path::PathBuf::from);
     let dir = std::env::temp_dir().join(format!("cachalot-oracle-random-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let confs = [
-        "",
-        "max_split_size_mb:40",
-        "expandable_segments:True",
-        "roundup_power2_divisions:[64:4,>:2]",
-        "garbage_collection_threshold:0.5,per_process_memory_fraction:0.7",
-        "expandable_segments:True,max_split_size_mb:32",
-    ];
+    let (mut runs, mut identical) = (0u64, 0u64);
     let mut failures = Vec::new();
-    let mut runs = 0;
-    for (i, conf) in confs.iter().enumerate() {
-        for (j, capacity) in [768u64 << 20, 3 << 30].into_iter().enumerate() {
-            let seed = 1 + (i * 2 + j) as u64;
-            let trace_path = dir.join(format!("t{seed}.csv"));
-            std::fs::write(&trace_path, random_trace(seed, 3000, 1 + seed % 3, 200)).unwrap();
-            let seg_path = dir.join(format!("t{seed}.segments.csv"));
-            let out = Command::new(&oracle)
-                .arg("--segments")
-                .arg(&seg_path)
-                .arg(&trace_path)
-                .env("FAKE_CUDA_CAPACITY", capacity.to_string())
-                .env("PYTORCH_CUDA_ALLOC_CONF", conf)
-                .env_remove("PYTORCH_ALLOC_CONF")
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "oracle failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let theirs = std::fs::read_to_string(&seg_path).unwrap();
-            let trace = load_rmm(&trace_path).unwrap();
-            let opts = ReplayOptions {
-                conf: parse_pytorch(conf).unwrap().0,
-                sim: SimConfig::with_capacity(capacity),
-                log_segments: true,
-                ..ReplayOptions::default()
+    for i in 0..cases {
+        let mut rng = Rng(seed.wrapping_mul(1_000_003).wrapping_add(i));
+        let trace_path = dir.join(format!("t{i}.csv"));
+        std::fs::write(&trace_path, random_trace(&mut rng)).unwrap();
+        let (no_cuda_caching, no_hip_caching) = random_env(&mut rng);
+        let base = Case {
+            capacity: 0,
+            conf: random_conf(&mut rng),
+            no_cuda_caching,
+            no_hip_caching,
+            ignore_streams: rng.chance(10),
+        };
+        let scratch = dir.join(format!("t{i}"));
+        let boundary = oom_boundary(&oracle, &trace_path, &base, &scratch);
+        for delta in [0i64, -2, 2, -64, 64] {
+            let capacity = boundary
+                .saturating_add_signed(delta * MIB as i64)
+                .max(2 * MIB);
+            let case = Case {
+                capacity,
+                ..base.clone()
             };
-            let mut ours = Vec::new();
-            write_segments(&mut ours, &replay(&trace, &opts).unwrap().segments).unwrap();
-            let ours = String::from_utf8(ours).unwrap();
+            let theirs = run_oracle(&oracle, &trace_path, &case, &scratch);
+            let ours = run_ours(&trace_path, &case);
+            let diffs = differences(&ours, &theirs);
             runs += 1;
-            if ours != theirs {
-                let row = ours.lines().zip(theirs.lines()).position(|(a, b)| a != b);
-                failures.push(format!("seed {seed}, capacity {capacity}, conf '{conf}': first difference at row {row:?}"));
+            if diffs.is_empty() {
+                identical += 1;
+                continue;
             }
+            if let Some(keep) = &keep {
+                std::fs::create_dir_all(keep).unwrap();
+                let name = format!("seed{seed}-case{i}-cap{capacity}.csv");
+                std::fs::copy(&trace_path, keep.join(&name)).unwrap();
+            }
+            failures.push(format!(
+                "case {i} ({}):\n    {}",
+                case.describe(&trace_path),
+                diffs[..diffs.len().min(4)].join("\n    ")
+            ));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "oracle_random: {runs} runs, {identical} identical, {} differ (seed {seed}, {cases} cases)",
+        runs - identical
+    );
     assert!(
         failures.is_empty(),
-        "{} of {runs} random traces differ:\n{}",
+        "{} of {runs} runs differ from the oracle:\n{}",
         failures.len(),
-        failures.join("\n")
+        failures[..failures.len().min(20)].join("\n")
     );
-    eprintln!("{runs} random traces identical to the oracle");
 }

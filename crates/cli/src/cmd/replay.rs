@@ -180,7 +180,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
         snapshot_at_end: a.snapshot.is_some(),
         ..ReplayOptions::default()
     };
-    let report = replay(trace, &opts)?;
+    // A fatal error (torch's `c10::Error`) still reports what happened up to it, as the oracle
+    // does: the segments file, the JSON with `fatal_error`, and exit status 3.
+    let (report, fatal) = match replay(trace, &opts) {
+        Ok(r) => (r, None),
+        Err(mut e) => match e.report.take() {
+            Some(r) => (*r, Some(e)),
+            None => return Err(e.into()),
+        },
+    };
     if let Some(path) = &a.segments {
         let f = File::create(path)
             .with_context(|| format!("cannot create segments file {}", path.display()))?;
@@ -210,7 +218,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
             m.insert("memory_stats".into(), memory_stats_json(&report.stats));
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(exit_status(&report));
+        if let Some(e) = &fatal {
+            eprintln!("cachalot: {e}");
+        }
+        return Ok(exit_status(&report, fatal.is_some()));
+    }
+    if let Some(e) = fatal {
+        eprintln!("cachalot: {e}");
+        return Ok(exit_status(&report, true));
     }
     println!("trace: {name}");
     if opts.conf.backend == cachalot_core::Backend::CudaMallocAsync {
@@ -230,12 +245,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
     {
         print!("{d}");
     }
-    Ok(exit_status(&report))
+    Ok(exit_status(&report, false))
 }
 
-/// 1 when the replay ran out of memory (so a script can test whether a trace fits), else 0.
-fn exit_status(report: &cachalot_replay::ReplayReport) -> ExitCode {
-    if report.ooms.count > 0 {
+/// 3 when a fatal error stopped the replay (the oracle's status), 1 when it ran out of memory
+/// (so a script can test whether a trace fits), else 0.
+fn exit_status(report: &cachalot_replay::ReplayReport, fatal: bool) -> ExitCode {
+    if fatal {
+        ExitCode::from(3)
+    } else if report.ooms.count > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

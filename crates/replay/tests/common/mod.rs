@@ -1,0 +1,257 @@
+//! Shared by the tests that hold cachalot to torch 2.15's allocator (the oracle,
+//! `shared/oracle`): one way to run a case through each side and one way to compare them.
+//!
+//! A case is a trace file, a capacity, a `PYTORCH_CUDA_ALLOC_CONF` string, the no-caching
+//! environment and `--ignore-streams`. Both sides are compared on what the oracle reports:
+//! the exit-status class (0 replayed, 2 config rejected, 3 fatal `c10::Error`), the JSON
+//! fields listed in [`COMPARED`] (statistics, counts, OOM messages, `fatal_error`) and the
+//! device-call log row for row.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use cachalot_core::config::parse_pytorch;
+use cachalot_replay::report::{ReportMeta, report_json, write_segments};
+use cachalot_replay::{ReplayOptions, load_rmm, replay};
+use cachalot_sim::SimConfig;
+use serde_json::Value;
+
+/// The oracle command, if it is set up beside the checkout (or named by `CACHALOT_ORACLE`).
+pub fn oracle() -> Result<PathBuf, String> {
+    let path = match std::env::var_os("CACHALOT_ORACLE") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/oracle/oracle"),
+    };
+    if !path.exists() {
+        return Err(format!("no oracle at {}", path.display()));
+    }
+    let setup = path.with_file_name("setup.sh");
+    let ok = Command::new(&setup)
+        .arg("--check")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        return Err(format!(
+            "oracle not set up ({} --check fails)",
+            setup.display()
+        ));
+    }
+    Ok(path)
+}
+
+/// One replay setting.
+#[derive(Clone, Debug, Default)]
+pub struct Case {
+    /// Device bytes (`FAKE_CUDA_CAPACITY`).
+    pub capacity: u64,
+    /// `PYTORCH_CUDA_ALLOC_CONF`.
+    pub conf: String,
+    /// `PYTORCH_NO_CUDA_MEMORY_CACHING`, if set.
+    pub no_cuda_caching: Option<String>,
+    /// `PYTORCH_NO_HIP_MEMORY_CACHING`, if set.
+    pub no_hip_caching: Option<String>,
+    /// `--ignore-streams`.
+    pub ignore_streams: bool,
+}
+
+impl Case {
+    /// Whether torch 2.15 turns caching off for this environment: either variable set to
+    /// exactly `1` (other values are ignored with a warning).
+    // TODO(#13 item 5): use the one settings reader once it lands instead of this rule.
+    pub fn no_caching(&self) -> bool {
+        [&self.no_cuda_caching, &self.no_hip_caching]
+            .iter()
+            .any(|v| v.as_deref() == Some("1"))
+    }
+
+    /// The case as a shell line, to rerun it by hand.
+    pub fn describe(&self, trace: &Path) -> String {
+        let mut s = format!("FAKE_CUDA_CAPACITY={} ", self.capacity);
+        if let Some(v) = &self.no_cuda_caching {
+            s += &format!("PYTORCH_NO_CUDA_MEMORY_CACHING='{v}' ");
+        }
+        if let Some(v) = &self.no_hip_caching {
+            s += &format!("PYTORCH_NO_HIP_MEMORY_CACHING='{v}' ");
+        }
+        s += &format!("PYTORCH_CUDA_ALLOC_CONF='{}' oracle ", self.conf);
+        if self.ignore_streams {
+            s += "--ignore-streams ";
+        }
+        s + &trace.display().to_string()
+    }
+}
+
+/// What one side reported.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The exit-status class: 0 replayed, 2 configuration rejected, 3 fatal error.
+    pub status: i32,
+    /// The JSON report (`Null` when the configuration was rejected).
+    pub json: Value,
+    /// The `--segments` CSV.
+    pub segments: String,
+}
+
+/// Runs the oracle on `trace`; its segments file goes to `scratch`.
+pub fn run_oracle(oracle: &Path, trace: &Path, case: &Case, scratch: &Path) -> Outcome {
+    let seg = scratch.with_extension("oracle-segments.csv");
+    let mut cmd = Command::new(oracle);
+    if case.ignore_streams {
+        cmd.arg("--ignore-streams");
+    }
+    cmd.arg("--segments")
+        .arg(&seg)
+        .arg(trace)
+        .env("FAKE_CUDA_CAPACITY", case.capacity.to_string())
+        .env("PYTORCH_CUDA_ALLOC_CONF", &case.conf)
+        .env_remove("PYTORCH_ALLOC_CONF")
+        .env_remove("PYTORCH_NO_CUDA_MEMORY_CACHING")
+        .env_remove("PYTORCH_NO_HIP_MEMORY_CACHING");
+    if let Some(v) = &case.no_cuda_caching {
+        cmd.env("PYTORCH_NO_CUDA_MEMORY_CACHING", v);
+    }
+    if let Some(v) = &case.no_hip_caching {
+        cmd.env("PYTORCH_NO_HIP_MEMORY_CACHING", v);
+    }
+    let out = cmd.output().expect("the oracle runs");
+    let status = out.status.code().unwrap_or(-1);
+    assert!(
+        matches!(status, 0 | 2 | 3),
+        "oracle failed ({status}) on {}: {}",
+        case.describe(trace),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = if status == 2 {
+        Value::Null
+    } else {
+        serde_json::from_slice(&out.stdout).expect("oracle JSON")
+    };
+    let segments = std::fs::read_to_string(&seg).unwrap_or_default();
+    let _ = std::fs::remove_file(&seg);
+    Outcome {
+        status,
+        json,
+        segments,
+    }
+}
+
+/// Replays `trace` through cachalot as the CLI's `replay --json --segments` does.
+pub fn run_ours(trace: &Path, case: &Case) -> Outcome {
+    let loaded = load_rmm(trace).expect("trace loads");
+    let conf = match parse_pytorch(&case.conf) {
+        Ok((c, _)) => c,
+        Err(_) => {
+            return Outcome {
+                status: 2,
+                json: Value::Null,
+                segments: String::new(),
+            };
+        }
+    };
+    let opts = ReplayOptions {
+        conf: conf.clone(),
+        sim: SimConfig::with_capacity(case.capacity),
+        log_segments: true,
+        ignore_streams: case.ignore_streams,
+        no_caching: case.no_caching(),
+        ..ReplayOptions::default()
+    };
+    let (report, status) = match replay(&loaded, &opts) {
+        Ok(r) => (r, 0),
+        Err(mut e) => match e.report.take() {
+            Some(r) => (*r, 3),
+            None => panic!("replay failed before the trace: {e}"),
+        },
+    };
+    let meta = ReportMeta {
+        ignore_streams: case.ignore_streams,
+        ..ReportMeta::default()
+    };
+    let json = report_json(&report, &conf, &loaded.stats, case.capacity, &meta);
+    let mut csv = Vec::new();
+    write_segments(&mut csv, &report.segments).unwrap();
+    Outcome {
+        status,
+        json,
+        segments: String::from_utf8(csv).unwrap(),
+    }
+}
+
+/// The oracle's JSON fields a replay must reproduce exactly.
+pub const COMPARED: &[&str] = &[
+    "trace_stats",
+    "events",
+    "peak",
+    "final",
+    "num_device_alloc",
+    "num_device_free",
+    "num_alloc_retries",
+    "num_ooms",
+    "ooms",
+    "device_stats",
+    "fake_device",
+    "cudaMemGetInfo_at_end",
+    "fatal_error",
+];
+
+/// Compares two JSON values, numbers by value; pushes the paths that differ.
+pub fn json_diff(path: &str, ours: &Value, theirs: &Value, out: &mut Vec<String>) {
+    match (ours, theirs) {
+        (Value::Object(x), Value::Object(y)) => {
+            for (k, v) in y {
+                match x.get(k) {
+                    Some(u) => json_diff(&format!("{path}.{k}"), u, v, out),
+                    None => out.push(format!("{path}.{k}: missing (oracle {v})")),
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (u, v)) in x.iter().zip(y).enumerate() {
+                json_diff(&format!("{path}[{i}]"), u, v, out);
+            }
+        }
+        (Value::Number(x), Value::Number(y)) if x.as_f64() == y.as_f64() => {}
+        _ if ours == theirs => {}
+        _ => out.push(format!("{path}: cachalot {ours}, oracle {theirs}")),
+    }
+}
+
+/// Everything in which `ours` differs from the oracle's `theirs`; empty when identical.
+pub fn differences(ours: &Outcome, theirs: &Outcome) -> Vec<String> {
+    let mut d = Vec::new();
+    if ours.status != theirs.status {
+        d.push(format!(
+            "exit status class: cachalot {}, oracle {}",
+            ours.status, theirs.status
+        ));
+        return d;
+    }
+    if theirs.status == 2 {
+        return d;
+    }
+    for key in COMPARED {
+        json_diff(key, &ours.json[key], &theirs.json[key], &mut d);
+    }
+    if ours.segments != theirs.segments {
+        let (a, b): (Vec<_>, Vec<_>) = (
+            ours.segments.lines().collect(),
+            theirs.segments.lines().collect(),
+        );
+        let row = a
+            .iter()
+            .zip(&b)
+            .position(|(x, y)| x != y)
+            .unwrap_or(a.len().min(b.len()));
+        d.push(format!(
+            "device calls differ at row {row} ({} rows, oracle {}): cachalot `{}`, oracle `{}`",
+            a.len(),
+            b.len(),
+            a.get(row).unwrap_or(&"<end>"),
+            b.get(row).unwrap_or(&"<end>")
+        ));
+    }
+    d
+}
