@@ -180,13 +180,14 @@ fn random_conf(rng: &mut Rng) -> String {
     parts.join(",")
 }
 
+/// The no-caching variables: mostly unset, sometimes `1`, `0` or a value torch ignores.
 fn random_env(rng: &mut Rng) -> (Option<String>, Option<String>) {
-    let cuda = match rng.below(14) {
-        0 => Some("1".to_string()),
-        1 => Some("0".to_string()),
-        _ => None,
+    let mut value = |rng: &mut Rng, percent| {
+        rng.chance(percent)
+            .then(|| rng.pick(&["1", "1", "0", "true", " 1", "TRUE"]).to_string())
     };
-    let hip = rng.chance(4).then(|| "1".to_string());
+    let cuda = value(rng, 14);
+    let hip = value(rng, 5);
     (cuda, hip)
 }
 

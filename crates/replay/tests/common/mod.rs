@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cachalot_core::config::parse_pytorch;
+use cachalot_core::config::{NO_CUDA_CACHING_VAR, NO_HIP_CACHING_VAR, Overrides, Settings};
 use cachalot_replay::report::{ReportMeta, report_json, write_segments};
 use cachalot_replay::{ReplayOptions, load_rmm, replay};
 use cachalot_sim::SimConfig;
@@ -58,13 +58,18 @@ pub struct Case {
 }
 
 impl Case {
-    /// Whether torch 2.15 turns caching off for this environment: either variable set to
-    /// exactly `1` (other values are ignored with a warning).
-    // TODO(#13 item 5): use the one settings reader once it lands instead of this rule.
-    pub fn no_caching(&self) -> bool {
-        [&self.no_cuda_caching, &self.no_hip_caching]
-            .iter()
-            .any(|v| v.as_deref() == Some("1"))
+    /// The settings this case's environment gives, read by cachalot's one settings reader.
+    pub fn settings(&self) -> Result<Settings, cachalot_core::config::ConfigError> {
+        let get = |var: &str| match var {
+            NO_CUDA_CACHING_VAR => self.no_cuda_caching.clone(),
+            NO_HIP_CACHING_VAR => self.no_hip_caching.clone(),
+            _ => None,
+        };
+        let over = Overrides {
+            pytorch: Some(&self.conf),
+            cachalot: None,
+        };
+        Settings::resolve(get, over)
     }
 
     /// The case as a shell line, to rerun it by hand.
@@ -141,8 +146,8 @@ pub fn run_oracle(oracle: &Path, trace: &Path, case: &Case, scratch: &Path) -> O
 /// Replays `trace` through cachalot as the CLI's `replay --json --segments` does.
 pub fn run_ours(trace: &Path, case: &Case) -> Outcome {
     let loaded = load_rmm(trace).expect("trace loads");
-    let conf = match parse_pytorch(&case.conf) {
-        Ok((c, _)) => c,
+    let conf = match case.settings() {
+        Ok(s) => s.conf,
         Err(_) => {
             return Outcome {
                 status: 2,
@@ -156,7 +161,6 @@ pub fn run_ours(trace: &Path, case: &Case) -> Outcome {
         sim: SimConfig::with_capacity(case.capacity),
         log_segments: true,
         ignore_streams: case.ignore_streams,
-        no_caching: case.no_caching(),
         ..ReplayOptions::default()
     };
     let (report, status) = match replay(&loaded, &opts) {
