@@ -182,7 +182,7 @@ fn random_conf(rng: &mut Rng) -> String {
 
 /// The no-caching variables: mostly unset, sometimes `1`, `0` or a value torch ignores.
 fn random_env(rng: &mut Rng) -> (Option<String>, Option<String>) {
-    let mut value = |rng: &mut Rng, percent| {
+    let value = |rng: &mut Rng, percent| {
         rng.chance(percent)
             .then(|| rng.pick(&["1", "1", "0", "true", " 1", "TRUE"]).to_string())
     };
