@@ -22,6 +22,8 @@ allocations over two GPT-2 steps).
 from __future__ import annotations
 
 import ctypes
+import importlib.abc
+import importlib.util
 import linecache
 import sys
 import threading
@@ -35,24 +37,69 @@ _HF_GEN = "transformers/generation/utils.py"
 _HF_MASK = "transformers/masking_utils.py"
 
 
+class _Generation(threading.local):
+    max_length: int | None = None  # of the stopping criteria the decoding loop called last
+
+
+_GENERATION = _Generation()
+_STOPPING = "transformers.generation.stopping_criteria"
+
+
+def _watch_stopping_criteria(module) -> None:
+    """Remember max_length each time generate()'s loop calls its StoppingCriteriaList.
+
+    Reading it from the loop's frame instead would be wrong: `frame.f_locals` keeps a
+    snapshot of the frame's locals alive (tensors of the last step among them), which the
+    allocator then sees as live memory.
+    """
+    cls = module.StoppingCriteriaList
+    if getattr(cls.__call__, "_cachalot", False):
+        return
+    orig = cls.__call__
+
+    def __call__(self, *args, **kwargs):
+        _GENERATION.max_length = self.max_length
+        return orig(self, *args, **kwargs)
+
+    __call__._cachalot = True
+    cls.__call__ = __call__
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `hook(module)` right after `name` is first imported (no import is forced)."""
+
+    def __init__(self, name, hook):
+        self.name, self.hook = name, hook
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+        hook = self.hook
+
+        def exec_module(module):
+            run(module)
+            hook(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 def _hf_stop(frame):
     """generate()'s "all sequences finished?": without an EOS hit, when `length` reaches max_length.
 
-    `length` is StopCheck's argument; max_length comes from the decoding loop that called it
-    (its `stopping_criteria`, else its `generation_config`). An EOS token that a real run may
-    sample earlier cannot be known here: this answers with the longest generation.
+    `length` is StopCheck's argument (a short-lived frame); max_length is the one the loop's
+    stopping criteria just used. An EOS token that a real run may sample earlier cannot be
+    known here: this answers with the longest generation.
     """
     length = frame.f_locals.get("length")
-    f = frame.f_back
-    while f is not None and length is not None:
-        crit = f.f_locals.get("stopping_criteria")
-        max_length = getattr(crit, "max_length", None)
-        if max_length is None:
-            max_length = getattr(f.f_locals.get("generation_config"), "max_length", None)
-        if max_length is not None:
-            return length >= max_length
-        f = f.f_back
-    return None  # unknown: the read gives the runtime's zero
+    if length is None or _GENERATION.max_length is None:
+        return None  # unknown: the read gives the runtime's zero
+    return length >= _GENERATION.max_length
 
 
 RULES = [
@@ -113,6 +160,10 @@ class HostReads:
         setter.argtypes = [_D2H_CB, ctypes.c_void_p]
         setter(self._cb, None)
         self._patch(torch)
+        if _STOPPING in sys.modules:
+            _watch_stopping_criteria(sys.modules[_STOPPING])
+        else:
+            sys.meta_path.insert(0, _AfterImport(_STOPPING, _watch_stopping_criteria))
 
     def _on_d2h(self, nbytes, _user) -> None:
         with self._lock:
