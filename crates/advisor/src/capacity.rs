@@ -22,14 +22,18 @@ use rayon::prelude::*;
 use crate::measure::{fits, options};
 use crate::search::{TuneOptions, TuneResult, explore, tune_with_seeds};
 use crate::space::{Candidate, SearchSpace, Settings};
-use crate::{AdvisorError, check_trace, with_pool};
+use crate::{AdvisorError, Workload, check_trace, with_pool};
 
 /// The capacity grid: 64 MiB.
 pub const STEP: u64 = 64 << 20;
 
-/// The most bytes live at once, as requested (unrounded), ignoring out-of-memory: no device
-/// smaller than this can run the trace without one.
-pub fn peak_live_requested(trace: &LoadedTrace) -> u64 {
+/// The most bytes live at once in any part of the workload, as requested (unrounded),
+/// ignoring out-of-memory: no device smaller than this can run it without one.
+pub fn peak_live_requested(w: &dyn Workload) -> u64 {
+    w.parts().iter().map(peak_live_of).max().unwrap_or(0)
+}
+
+fn peak_live_of(trace: &LoadedTrace) -> u64 {
     let mut sizes = vec![0u64; trace.slots as usize];
     let (mut live, mut peak) = (0u64, 0u64);
     for op in &trace.ops {
@@ -46,12 +50,12 @@ pub fn peak_live_requested(trace: &LoadedTrace) -> u64 {
 }
 
 /// The largest multiple of [`STEP`] below the peak live request: proven too small.
-pub fn proven_too_small(trace: &LoadedTrace) -> u64 {
+pub fn proven_too_small(trace: &dyn Workload) -> u64 {
     peak_live_requested(trace).saturating_sub(1) / STEP * STEP
 }
 
 /// The device used to find an upper bound: 80 GiB, or four times the peak request.
-pub fn large_device(trace: &LoadedTrace) -> u64 {
+pub fn large_device(trace: &dyn Workload) -> u64 {
     let four = peak_live_requested(trace).saturating_mul(4);
     (80u64 << 30).max(four.div_ceil(STEP).saturating_mul(STEP))
 }
@@ -63,18 +67,22 @@ fn round_up(bytes: u64) -> u64 {
 /// A capacity on the grid verified to fit, or `None` if the trace does not fit even on
 /// [`large_device`].
 pub fn verified_upper_bound(
-    trace: &LoadedTrace,
+    trace: &dyn Workload,
     conf: &AllocConf,
 ) -> Result<Option<u64>, AdvisorError> {
     let big = large_device(trace);
-    let r = replay(trace, &options(conf, big))?;
-    if r.ooms.count > 0 {
-        return Ok(None);
+    let mut charged = 0;
+    for part in trace.parts() {
+        let r = replay(part, &options(conf, big))?;
+        if r.ooms.count > 0 {
+            return Ok(None);
+        }
+        charged = charged.max(
+            r.device
+                .phys_peak
+                .max(r.stats.reserved_bytes.all().peak.max(0) as u64),
+        );
     }
-    let charged = r
-        .device
-        .phys_peak
-        .max(r.stats.reserved_bytes.all().peak.max(0) as u64);
     let fraction = conf
         .per_process_memory_fraction
         .clamp(f64::MIN_POSITIVE, 1.0);
@@ -90,7 +98,7 @@ pub fn verified_upper_bound(
 
 /// Bisection on the grid: `lo` does not fit (proven or replayed), `hi` fits (replayed).
 fn bisect(
-    trace: &LoadedTrace,
+    trace: &dyn Workload,
     conf: &AllocConf,
     mut lo: u64,
     mut hi: u64,
@@ -108,7 +116,10 @@ fn bisect(
 
 /// The minimum capacity of one configuration (see the module documentation), or `None` if
 /// it does not fit even on [`large_device`].
-pub fn min_capacity_of(trace: &LoadedTrace, conf: &AllocConf) -> Result<Option<u64>, AdvisorError> {
+pub fn min_capacity_of(
+    trace: &dyn Workload,
+    conf: &AllocConf,
+) -> Result<Option<u64>, AdvisorError> {
     check_trace(trace)?;
     let lo = proven_too_small(trace);
     match verified_upper_bound(trace, conf)? {
@@ -153,7 +164,7 @@ fn order(a: &MinCapacity, b: &MinCapacity) -> std::cmp::Ordering {
 /// The smallest device the workload fits on, over the search space, and the configuration
 /// to use there (a full [`crate::tune()`] at that capacity). `opts.capacity` is ignored.
 pub fn min_capacity(
-    trace: &LoadedTrace,
+    trace: &dyn Workload,
     opts: &TuneOptions,
 ) -> Result<MinCapacityResult, AdvisorError> {
     check_trace(trace)?;

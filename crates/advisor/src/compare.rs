@@ -1,6 +1,5 @@
 //! `compare`: a row per configuration, the default always first.
 
-use cachalot_replay::LoadedTrace;
 use rayon::prelude::*;
 
 use crate::capacity::min_capacity_of;
@@ -8,7 +7,7 @@ use crate::cost::CostModel;
 use crate::measure::{Metrics, measure};
 use crate::search::Tick;
 use crate::space::Candidate;
-use crate::{AdvisorError, check_capacity, check_trace, with_pool};
+use crate::{AdvisorError, Workload, check_capacity, check_trace, with_pool};
 
 /// How to compare.
 #[derive(Clone)]
@@ -23,6 +22,8 @@ pub struct CompareOptions<'a> {
     pub min_capacity: bool,
     /// Called as work is queued and done.
     pub progress: Option<&'a (dyn Fn(Tick) + Sync)>,
+    /// The user's own configuration (e.g. a snapshot's): a row, marked as theirs.
+    pub own: Option<String>,
 }
 
 /// One configuration's row.
@@ -41,8 +42,13 @@ pub struct CompareRow {
 pub struct CompareResult {
     /// Device capacity of the per-capacity columns.
     pub capacity: u64,
-    /// The rows: the default, then the configurations in the order given (repeats dropped).
+    /// The rows: the default, then the configurations in the order given (repeats dropped),
+    /// then the user's own if it is not among them.
     pub rows: Vec<CompareRow>,
+    /// Whether the minimum capacities were computed.
+    pub min_capacity_computed: bool,
+    /// The label of the user's own configuration's row.
+    pub own: Option<String>,
 }
 
 /// Parses the configurations (the default first, repeats of the same string dropped).
@@ -59,13 +65,25 @@ pub fn candidates(confs: &[String]) -> Result<Vec<Candidate>, AdvisorError> {
 
 /// Replays every configuration at `opts.capacity` and finds its minimum capacity.
 pub fn compare(
-    trace: &LoadedTrace,
+    trace: &dyn Workload,
     confs: &[String],
     opts: &CompareOptions,
 ) -> Result<CompareResult, AdvisorError> {
     check_trace(trace)?;
     check_capacity(opts.capacity)?;
-    let cands = candidates(confs)?;
+    let mut all = confs.to_vec();
+    all.extend(opts.own.clone());
+    let cands = candidates(&all)?;
+    let own = match &opts.own {
+        Some(o) => {
+            let c = Candidate::parse(o.trim())?;
+            cands
+                .iter()
+                .find(|x| x.conf == c.conf)
+                .map(|x| x.label.clone())
+        }
+        None => None,
+    };
     let tick = |t: Tick| {
         if let Some(p) = opts.progress {
             p(t)
@@ -98,5 +116,7 @@ pub fn compare(
     Ok(CompareResult {
         capacity: opts.capacity,
         rows,
+        min_capacity_computed: opts.min_capacity,
+        own,
     })
 }

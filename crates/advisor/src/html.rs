@@ -44,6 +44,9 @@ pub struct Page<'a> {
     pub summary: Vec<String>,
     /// The configuration to paste, if there is a recommendation.
     pub recommended: Option<String>,
+    /// Whether nothing fits: the summary is shown as a warning, the first row not as a
+    /// recommendation.
+    pub failing: bool,
     /// The table's column names.
     pub header: Vec<String>,
     /// The table's rows: (configuration, cells). The configuration is the row's
@@ -65,7 +68,8 @@ tr.best td{background:#eef7ee;font-weight:600}code{background:#f3f3f3;padding:2p
 svg{display:block;margin:2px 0}svg text{font-size:11px;fill:#555}\
 .series{fill:none;stroke-width:1.4}.allocated{stroke:#1f77b4}.reserved{stroke:#ff7f0e}.held{stroke:#2ca02c}\
 .capacity{stroke:#d62728;stroke-dasharray:5 4}.grid{stroke:#eee}.axis{stroke:#999}\
-.retry{stroke:#9467bd;stroke-width:1;stroke-dasharray:2 3;opacity:.8}.oom{stroke:#d62728;stroke-width:1.8}.note{font-size:12px;color:#666}";
+.retry{stroke:#9467bd;stroke-width:1;stroke-dasharray:2 3;opacity:.8}.oom{stroke:#d62728;stroke-width:1.8}.note{font-size:12px;color:#666}\
+.fail{background:#fdecea;border-left:4px solid #d62728;padding:8px 12px;font-weight:600}";
 
 /// Renders a page.
 pub fn render(p: &Page) -> String {
@@ -81,8 +85,12 @@ pub fn render(p: &Page) -> String {
             esc(&paste_line(r))
         );
     }
-    for s in &p.summary {
-        let _ = writeln!(o, "<p>{}</p>", esc(s));
+    for (i, s) in p.summary.iter().enumerate() {
+        if i == 0 && p.failing {
+            let _ = writeln!(o, "<p class=\"fail\" id=\"nothing-fits\">{}</p>", esc(s));
+        } else {
+            let _ = writeln!(o, "<p>{}</p>", esc(s));
+        }
     }
     o.push_str("<table class=\"ranking\">\n<thead><tr>");
     for h in &p.header {
@@ -287,7 +295,8 @@ fn section(o: &mut String, t: &Timeline, ymax: u64, smax: u64, cap: u64) {
 }
 
 /// The page for `tune`.
-pub fn tune_page(r: &TuneResult, trace: &str, timelines: &[Timeline]) -> String {
+pub fn tune_page(r: &TuneResult, src: &crate::text::Source, timelines: &[Timeline]) -> String {
+    let trace = &src.name;
     let mut header = vec!["rank".to_string()];
     header.extend(crate::text::METRIC_HEADER.iter().map(|s| s.to_string()));
     header.push("config".into());
@@ -311,15 +320,35 @@ pub fn tune_page(r: &TuneResult, trace: &str, timelines: &[Timeline]) -> String 
             "cachalot tune: {trace} on a {} device",
             capacity(r.capacity)
         ),
-        summary: vec![
-            format!("Why: {}.", r.reason()),
-            format!(
-                "Ranked by: no out-of-memory, then fewest retries, then estimated device-call \
-                 time, then peak reserved; {} configurations tried.",
+        summary: {
+            let mut v = Vec::new();
+            match r.fit {
+                crate::Fit::Fits => {}
+                crate::Fit::Needs(c) => v.push(format!(
+                    "Nothing fits: no configuration tried runs without out-of-memory on this \
+                     device. The best of them ({}) needs {}, {} more than this device.",
+                    paste_line(&r.winner().candidate.label),
+                    capacity(c),
+                    cachalot_core::format_size(c.saturating_sub(r.capacity))
+                )),
+                crate::Fit::Never => v.push(
+                    "Nothing fits: no configuration tried runs without out-of-memory on this \
+                     device, nor on a much larger one."
+                        .to_string(),
+                ),
+            }
+            v.push(format!("Why: {}.", r.reason()));
+            v.push(format!(
+                "{}; {} configurations tried.",
+                crate::text::ranking_rule(),
                 r.searched
-            ),
-        ],
-        recommended: Some(r.winner().candidate.label.clone()),
+            ));
+            v.extend(src.capacity_note.iter().map(|n| format!("Capacity: {n}.")));
+            v.extend(src.notes.iter().map(|n| format!("Note: {n}.")));
+            v
+        },
+        recommended: (r.fit == crate::Fit::Fits).then(|| r.winner().candidate.label.clone()),
+        failing: r.fit != crate::Fit::Fits,
         header,
         rows,
         capacity: r.capacity,
@@ -328,7 +357,12 @@ pub fn tune_page(r: &TuneResult, trace: &str, timelines: &[Timeline]) -> String 
 }
 
 /// The page for `compare`.
-pub fn compare_page(r: &CompareResult, trace: &str, timelines: &[Timeline]) -> String {
+pub fn compare_page(
+    r: &CompareResult,
+    src: &crate::text::Source,
+    timelines: &[Timeline],
+) -> String {
+    let trace = &src.name;
     let mut header = vec!["min capacity".to_string()];
     header.extend(crate::text::METRIC_HEADER.iter().map(|s| s.to_string()));
     header.push("config".into());
@@ -347,12 +381,15 @@ pub fn compare_page(r: &CompareResult, trace: &str, timelines: &[Timeline]) -> S
             "cachalot compare: {trace} on a {} device",
             capacity(r.capacity)
         ),
-        summary: vec![
+        summary: std::iter::once(
             "Min capacity: the smallest 64 MiB multiple on which the trace runs without \
              out-of-memory (bisection; both sides of the boundary replayed)."
-                .into(),
-        ],
+                .to_string(),
+        )
+        .chain(src.notes.iter().map(|n| format!("Note: {n}.")))
+        .collect(),
         recommended: None,
+        failing: false,
         header,
         rows,
         capacity: r.capacity,

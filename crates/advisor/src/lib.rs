@@ -27,6 +27,7 @@
 pub mod capacity;
 pub mod compare;
 pub mod cost;
+pub mod gpus;
 pub mod html;
 pub mod measure;
 pub mod search;
@@ -38,7 +39,7 @@ pub use capacity::{MinCapacity, MinCapacityResult, STEP, min_capacity, min_capac
 pub use compare::{CompareOptions, CompareResult, CompareRow, compare};
 pub use cost::{CallCounts, CostModel};
 pub use measure::{Evaluated, Metrics, Outcome, RankKey, evaluate, fits};
-pub use search::{Tick, TuneOptions, TuneResult, tune};
+pub use search::{Fit, Tick, TuneOptions, TuneResult, tune};
 pub use space::{Candidate, Roundup, SearchSpace, Settings};
 pub use timeline::{TimePoint, Timeline, record_timeline, record_timelines};
 
@@ -95,13 +96,50 @@ pub(crate) fn check_capacity(capacity: u64) -> Result<(), AdvisorError> {
     Ok(())
 }
 
-/// Rejects a trace with no allocation.
-pub(crate) fn check_trace(trace: &cachalot_replay::LoadedTrace) -> Result<(), AdvisorError> {
-    if trace.stats.allocs == 0 {
-        return Err(AdvisorError::EmptyTrace(format!(
-            "the trace has no allocation events ({} data rows read): nothing to replay",
-            trace.stats.lines
-        )));
+/// What the advisor replays: one trace, or several that one configuration must serve —
+/// the ranks of one job, or the devices of one snapshot (`PYTORCH_CUDA_ALLOC_CONF` is the
+/// same for every process of a job). A configuration's numbers are those of its worst part:
+/// the one whose replay ranks last ([`Metrics::part`]).
+pub trait Workload: Sync {
+    /// The traces, at least one.
+    fn parts(&self) -> &[cachalot_replay::LoadedTrace];
+}
+
+impl Workload for cachalot_replay::LoadedTrace {
+    fn parts(&self) -> &[cachalot_replay::LoadedTrace] {
+        std::slice::from_ref(self)
+    }
+}
+
+impl Workload for [cachalot_replay::LoadedTrace] {
+    fn parts(&self) -> &[cachalot_replay::LoadedTrace] {
+        self
+    }
+}
+
+impl Workload for Vec<cachalot_replay::LoadedTrace> {
+    fn parts(&self) -> &[cachalot_replay::LoadedTrace] {
+        self
+    }
+}
+
+/// Rejects a workload with no trace, or a trace with no allocation.
+pub(crate) fn check_trace(w: &dyn Workload) -> Result<(), AdvisorError> {
+    if w.parts().is_empty() {
+        return Err(AdvisorError::EmptyTrace("no trace to replay".into()));
+    }
+    for (i, trace) in w.parts().iter().enumerate() {
+        if trace.stats.allocs == 0 {
+            let which = if w.parts().len() > 1 {
+                format!("trace {} of {}", i + 1, w.parts().len())
+            } else {
+                "the trace".to_string()
+            };
+            return Err(AdvisorError::EmptyTrace(format!(
+                "{which} has no allocation events ({} data rows read): nothing to replay",
+                trace.stats.lines
+            )));
+        }
     }
     Ok(())
 }

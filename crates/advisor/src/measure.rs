@@ -8,17 +8,30 @@ use cachalot_replay::{
 };
 use cachalot_sim::SimConfig;
 
-use crate::AdvisorError;
 use crate::cost::{CallCounts, CostModel};
 use crate::space::Candidate;
+use crate::{AdvisorError, Workload};
 
 /// How often (in operations) a replay that may be cut short looks at its running numbers.
 pub const CHECK_EVERY: usize = 512;
 
+/// Estimated device-call times are compared in whole steps of this many µs (10 ms over the
+/// whole run): within one step they are a tie, and lower peak reserved memory decides. The
+/// estimate is rough (docs/advisor.md), and a few milliseconds over a run are not worth
+/// hundreds of MiB of memory. Steps are counted from 0 (`floor(time / step)`), so that the
+/// order stays transitive; two times closer than a step can still fall on either side of a
+/// step boundary.
+pub const COST_TIE_US: f64 = 10_000.0;
+
+/// The step of an estimated device-call time ([`COST_TIE_US`]).
+pub fn cost_step(cost_us: f64) -> u64 {
+    (cost_us.max(0.0) / COST_TIE_US).floor() as u64
+}
+
 /// The ranking: fewer out-of-memory errors, then fewer retries, then less estimated
-/// device-call time, then lower peak reserved memory. Every component only grows during a
-/// replay, so a replay whose running key already ranks below a finished one's can be stopped:
-/// it cannot end better.
+/// device-call time in steps of [`COST_TIE_US`], then lower peak reserved memory, then less
+/// device-call time. Every component only grows during a replay, so a replay whose running
+/// key already ranks below a finished one's can be stopped: it cannot end better.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RankKey {
     /// Out-of-memory errors.
@@ -37,8 +50,9 @@ impl RankKey {
         self.ooms
             .cmp(&other.ooms)
             .then(self.retries.cmp(&other.retries))
-            .then(self.cost_us.total_cmp(&other.cost_us))
+            .then(cost_step(self.cost_us).cmp(&cost_step(other.cost_us)))
             .then(self.peak_reserved.cmp(&other.peak_reserved))
+            .then(self.cost_us.total_cmp(&other.cost_us))
     }
 
     fn from_progress(p: &Progress<'_>, cost: &CostModel) -> RankKey {
@@ -78,6 +92,9 @@ pub struct Metrics {
     pub peak_reserved: u64,
     /// Peak number of `cudaMalloc` segments.
     pub peak_segments: u64,
+    /// Which part of the workload these numbers are from: the one that ranks worst (0 for
+    /// a single trace).
+    pub part: usize,
 }
 
 impl Metrics {
@@ -141,10 +158,38 @@ pub(crate) fn options(conf: &cachalot_core::AllocConf, capacity: u64) -> ReplayO
     }
 }
 
-/// Replays `candidate` at `capacity`. `beaten` is asked, every [`CHECK_EVERY`] operations and
-/// at each out-of-memory, whether the running key already loses; if so the replay stops and
-/// the outcome is [`Outcome::Cut`].
+/// Replays `candidate` at `capacity` on every part of the workload; the outcome is that of
+/// the part that ranks worst. `beaten` is asked, every [`CHECK_EVERY`] operations and at each
+/// out-of-memory, whether the running key of the part being replayed already loses (then the
+/// worst part does too); if so the replay stops and the outcome is [`Outcome::Cut`].
 pub fn evaluate(
+    w: &dyn Workload,
+    candidate: &Candidate,
+    capacity: u64,
+    cost: &CostModel,
+    beaten: Option<&(dyn Fn(&RankKey) -> bool + Sync)>,
+) -> Result<Outcome, AdvisorError> {
+    let mut worst: Option<Metrics> = None;
+    for (part, trace) in w.parts().iter().enumerate() {
+        let mut m = match evaluate_part(trace, candidate, capacity, cost, beaten)? {
+            Outcome::Done(m) => m,
+            cut @ Outcome::Cut { .. } => return Ok(cut),
+        };
+        m.part = part;
+        if worst
+            .as_ref()
+            .is_none_or(|w| m.key().rank_cmp(&w.key()) == Ordering::Greater)
+        {
+            worst = Some(m);
+        }
+    }
+    match worst {
+        Some(m) => Ok(Outcome::Done(m)),
+        None => Err(AdvisorError::EmptyTrace("no trace to replay".into())),
+    }
+}
+
+fn evaluate_part(
     trace: &LoadedTrace,
     candidate: &Candidate,
     capacity: u64,
@@ -191,12 +236,13 @@ pub(crate) fn metrics_of(report: &ReplayReport, capacity: u64, cost: &CostModel)
         peak_allocated: s.allocated_bytes.all().peak.max(0) as u64,
         peak_reserved: s.reserved_bytes.all().peak.max(0) as u64,
         peak_segments: s.segment.all().peak.max(0) as u64,
+        part: 0,
     }
 }
 
 /// Replays `candidate` at `capacity` to the end and returns its numbers.
 pub fn measure(
-    trace: &LoadedTrace,
+    trace: &dyn Workload,
     candidate: &Candidate,
     capacity: u64,
     cost: &CostModel,
@@ -207,9 +253,10 @@ pub fn measure(
     }
 }
 
-/// Whether the trace runs without out-of-memory at `capacity` (stops at the first one).
+/// Whether every part of the workload runs without out-of-memory at `capacity` (each replay
+/// stops at its first one).
 pub fn fits(
-    trace: &LoadedTrace,
+    w: &dyn Workload,
     conf: &cachalot_core::AllocConf,
     capacity: u64,
 ) -> Result<bool, AdvisorError> {
@@ -218,5 +265,59 @@ pub fn fits(
         max_oom_reports: 0,
         ..options(conf, capacity)
     };
-    Ok(replay(trace, &opts)?.ooms.count == 0)
+    for trace in w.parts() {
+        if replay(trace, &opts)?.ooms.count > 0 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(cost_us: f64, peak_reserved: u64) -> RankKey {
+        RankKey {
+            ooms: 0,
+            retries: 0,
+            cost_us,
+            peak_reserved,
+        }
+    }
+
+    #[test]
+    fn a_millisecond_of_device_calls_does_not_outrank_memory() {
+        // 1 ms more of estimated device calls, 170 MiB less reserved: the memory wins.
+        let fast = key(52_300.0, 4_000 << 20);
+        let lean = key(53_300.0, 3_830 << 20);
+        assert_eq!(lean.rank_cmp(&fast), Ordering::Less);
+        // More than a step apart, the time decides.
+        let slow = key(65_000.0, 3_830 << 20);
+        assert_eq!(fast.rank_cmp(&slow), Ordering::Less);
+        // Same step and same memory: the exact time breaks the tie.
+        assert_eq!(key(52_300.0, 1).rank_cmp(&key(53_300.0, 1)), Ordering::Less);
+        // OOMs and retries still come first.
+        let retrying = RankKey {
+            retries: 1,
+            ..key(0.0, 0)
+        };
+        assert_eq!(slow.rank_cmp(&retrying), Ordering::Less);
+    }
+
+    #[test]
+    fn steps_keep_the_order_transitive() {
+        let ks: Vec<RankKey> = (0..60)
+            .map(|i| key(i as f64 * 997.0, (i * 7919 % 61) as u64))
+            .collect();
+        for a in &ks {
+            for b in &ks {
+                for c in &ks {
+                    if a.rank_cmp(b) != Ordering::Greater && b.rank_cmp(c) != Ordering::Greater {
+                        assert_ne!(a.rank_cmp(c), Ordering::Greater);
+                    }
+                }
+            }
+        }
+    }
 }

@@ -20,13 +20,12 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cachalot_replay::LoadedTrace;
 use rayon::prelude::*;
 
 use crate::cost::CostModel;
 use crate::measure::{Evaluated, Outcome, RankKey, evaluate, measure};
 use crate::space::{Candidate, Roundup, SearchSpace, Settings, dedup};
-use crate::{AdvisorError, check_capacity, check_trace, with_pool};
+use crate::{AdvisorError, Workload, check_capacity, check_trace, with_pool};
 
 /// Progress of a search, for a progress bar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +49,9 @@ pub struct TuneOptions<'a> {
     pub top: usize,
     /// Called as work is queued and done.
     pub progress: Option<&'a (dyn Fn(Tick) + Sync)>,
+    /// The user's own configuration (e.g. the one a snapshot recorded): replayed to the end
+    /// and shown with its rank.
+    pub own: Option<Candidate>,
 }
 
 impl TuneOptions<'_> {
@@ -61,6 +63,7 @@ impl TuneOptions<'_> {
             threads: None,
             top: 8,
             progress: None,
+            own: None,
         }
     }
 }
@@ -76,10 +79,35 @@ pub struct TuneResult {
     pub default: Evaluated,
     /// The common advice: `max_split_size_mb:128`, `expandable_segments:True`.
     pub advice: Vec<Evaluated>,
+    /// The user's own configuration ([`TuneOptions::own`]), replayed to the end.
+    pub own: Option<Evaluated>,
+    /// Whether the recommendation fits, and if not, what it would need.
+    pub fit: Fit,
     /// Configurations examined.
     pub searched: usize,
     /// Search statistics that depend on timing (replays cut short, wall time).
     pub stats: SearchStats,
+}
+
+/// Whether the best configuration runs without out-of-memory at the capacity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fit {
+    /// It does.
+    Fits,
+    /// It does not; it needs a device of this many bytes (its minimum capacity).
+    Needs(u64),
+    /// It does not, even on the largest device tried ([`crate::capacity::large_device`]).
+    Never,
+}
+
+impl Fit {
+    /// The bytes missing at `capacity`, when the best configuration does not fit.
+    pub fn shortfall(&self, capacity: u64) -> Option<u64> {
+        match *self {
+            Fit::Needs(c) => Some(c.saturating_sub(capacity)),
+            _ => None,
+        }
+    }
 }
 
 /// Numbers about the search itself; they vary from run to run.
@@ -102,6 +130,14 @@ impl TuneResult {
     /// One line saying why the winner wins, with the numbers.
     pub fn reason(&self) -> String {
         crate::text::reason(self.winner(), &self.default)
+    }
+
+    /// The rank (from 1) of a configuration in the ranking, if it is in it.
+    pub fn rank_of(&self, label: &str) -> Option<usize> {
+        self.ranking
+            .iter()
+            .position(|e| e.candidate.label == label)
+            .map(|i| i + 1)
     }
 }
 
@@ -259,13 +295,13 @@ fn lock(m: &Mutex<Leaders>) -> std::sync::MutexGuard<'_, Leaders> {
 }
 
 /// Searches the configuration space at `opts.capacity` and ranks what it finds.
-pub fn tune(trace: &LoadedTrace, opts: &TuneOptions) -> Result<TuneResult, AdvisorError> {
+pub fn tune(trace: &dyn Workload, opts: &TuneOptions) -> Result<TuneResult, AdvisorError> {
     tune_with_seeds(trace, opts, &[])
 }
 
 /// [`tune`] with extra configurations replayed to the end in the first round.
 pub fn tune_with_seeds(
-    trace: &LoadedTrace,
+    trace: &dyn Workload,
     opts: &TuneOptions,
     extra: &[Settings],
 ) -> Result<TuneResult, AdvisorError> {
@@ -293,11 +329,25 @@ pub fn tune_with_seeds(
         ];
         seeds.extend_from_slice(extra);
         let seeds = dedup(seeds);
-        tick(Tick::Added(seeds.len()));
-        let seed_results: Vec<Evaluated> = seeds
+        let mut seed_cands: Vec<Candidate> = seeds
+            .iter()
+            .map(|s| Candidate::from_settings(*s))
+            .collect::<Result<_, _>>()?;
+        let own_at =
+            opts.own.as_ref().map(
+                |own| match seed_cands.iter().position(|c| c.conf == own.conf) {
+                    Some(i) => i,
+                    None => {
+                        seed_cands.push(own.clone());
+                        seed_cands.len() - 1
+                    }
+                },
+            );
+        tick(Tick::Added(seed_cands.len()));
+        let seed_results: Vec<Evaluated> = seed_cands
             .par_iter()
-            .map(|s| {
-                let candidate = Candidate::from_settings(*s)?;
+            .map(|candidate| {
+                let candidate = candidate.clone();
                 let metrics = measure(trace, &candidate, opts.capacity, &opts.cost)?;
                 replays.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tick(Tick::Done);
@@ -361,11 +411,20 @@ pub fn tune_with_seeds(
             ranking,
             default: seed_results[0].clone(),
             advice: seed_results[1..3].to_vec(),
-            searched: seeds.len() + examined,
+            own: own_at.map(|i| seed_results[i].clone()),
+            fit: Fit::Fits,
+            searched: seed_cands.len() + examined,
             stats: SearchStats::default(),
         })
     };
     let mut result = with_pool(opts.threads, run)??;
+    if result.winner().metrics.ooms > 0 {
+        let conf = &result.winner().candidate.conf;
+        result.fit = match with_pool(opts.threads, || crate::min_capacity_of(trace, conf))?? {
+            Some(c) => Fit::Needs(c),
+            None => Fit::Never,
+        };
+    }
     result.stats = SearchStats {
         replays: replays.into_inner(),
         cut_short: cut.into_inner(),

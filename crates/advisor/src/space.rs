@@ -16,7 +16,7 @@ use std::fmt;
 
 use cachalot_core::AllocConf;
 use cachalot_core::config::parse_pytorch;
-use cachalot_replay::{LoadedTrace, TraceOp};
+use cachalot_replay::TraceOp;
 
 use crate::AdvisorError;
 
@@ -219,10 +219,11 @@ pub const DIMS: [Dim; 5] = [
 
 impl SearchSpace {
     /// The space for `trace`: size thresholds above twice its largest request are dropped.
-    pub fn for_trace(trace: &LoadedTrace) -> Self {
+    pub fn for_trace(trace: &dyn crate::Workload) -> Self {
         let largest = trace
-            .ops
+            .parts()
             .iter()
+            .flat_map(|t| &t.ops)
             .filter_map(|op| match *op {
                 TraceOp::Alloc { size, .. } => Some(size),
                 TraceOp::Free { .. } => None,
@@ -380,7 +381,7 @@ mod tests {
         let space = SearchSpace {
             max_split_mb: MAX_SPLIT_MB.to_vec(),
             non_split_mb: NON_SPLIT_MB.to_vec(),
-            roundup: SearchSpace::for_trace(&LoadedTrace::default()).roundup,
+            roundup: SearchSpace::for_trace(&cachalot_replay::LoadedTrace::default()).roundup,
             gc: (0..GC_CHOICES.len()).collect(),
         };
         let mut n = 0;

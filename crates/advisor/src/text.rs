@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use crate::capacity::{MinCapacity, MinCapacityResult};
 use crate::compare::CompareResult;
 use crate::measure::{Evaluated, Metrics};
-use crate::search::TuneResult;
+use crate::search::{Fit, TuneResult};
 
 /// A capacity for people: GiB, and MiB when it is a whole number of them.
 pub fn capacity(bytes: u64) -> String {
@@ -33,7 +33,76 @@ pub fn paste_line(label: &str) -> String {
     }
 }
 
-/// One line saying why `w` is recommended over the default `d`, with the numbers.
+/// What was replayed, for the reports' headings.
+#[derive(Clone, Debug, Default)]
+pub struct Source {
+    /// The trace (or traces) as the user named them.
+    pub name: String,
+    /// Operations replayed, all parts together.
+    pub events: usize,
+    /// The parts' names, when the workload has several (each row names its worst part).
+    pub parts: Vec<String>,
+    /// What the inputs recorded and how they were replayed (e.g. a snapshot's OOMs).
+    pub notes: Vec<String>,
+    /// Where the capacity comes from (a GPU's usable memory, the headroom taken off).
+    pub capacity_note: Option<String>,
+}
+
+impl Source {
+    /// A single trace.
+    pub fn trace(name: &str, events: usize) -> Self {
+        Source {
+            name: name.to_string(),
+            events,
+            ..Source::default()
+        }
+    }
+
+    fn heading(&self, out: &mut String, capacity: Option<u64>) {
+        match capacity {
+            Some(c) => {
+                let _ = writeln!(
+                    out,
+                    "trace: {} ({} events) on a {} device",
+                    self.name,
+                    self.events,
+                    self::capacity(c)
+                );
+            }
+            None => {
+                let _ = writeln!(out, "trace: {} ({} events)", self.name, self.events);
+            }
+        }
+        if let Some(n) = &self.capacity_note {
+            let _ = writeln!(out, "capacity: {n}");
+        }
+        if self.parts.len() > 1 {
+            let _ = writeln!(
+                out,
+                "{} traces, one configuration for all of them: each row shows its worst trace",
+                self.parts.len()
+            );
+        }
+        for n in &self.notes {
+            let _ = writeln!(out, "note: {n}");
+        }
+    }
+
+    fn part(&self, m: &Metrics) -> Option<String> {
+        (self.parts.len() > 1).then(|| self.parts.get(m.part).cloned().unwrap_or_default())
+    }
+}
+
+/// How the ranking is decided, for people.
+pub fn ranking_rule() -> String {
+    format!(
+        "ranked by: no out-of-memory, then fewest retries, then estimated device-call time (within {} ms a tie), then peak reserved",
+        crate::measure::COST_TIE_US / 1000.0
+    )
+}
+
+/// One line saying why `w` is recommended over the default `d`, quoting the numbers that
+/// decided (the first component of the ranking where they differ).
 pub fn reason(w: &Evaluated, d: &Evaluated) -> String {
     let (wm, dm) = (&w.metrics, &d.metrics);
     if wm.ooms > 0 {
@@ -48,10 +117,7 @@ pub fn reason(w: &Evaluated, d: &Evaluated) -> String {
                 wm.ooms
             )
         };
-        return format!(
-            "nothing tried runs without out-of-memory on this device ({fewer}); see \
-             --min-capacity for a device that fits"
-        );
+        return format!("nothing tried runs without out-of-memory on this device ({fewer})");
     }
     if w.candidate.label.is_empty() {
         return "the default is already the best here: nothing tried beats it on OOMs, retries, \
@@ -75,24 +141,37 @@ pub fn reason(w: &Evaluated, d: &Evaluated) -> String {
             ms(dm.cost_us)
         );
     }
-    if wm.cost_us < dm.cost_us {
+    let tie = crate::measure::COST_TIE_US / 1000.0;
+    let (ws, ds) = (
+        crate::measure::cost_step(wm.cost_us),
+        crate::measure::cost_step(dm.cost_us),
+    );
+    if ws < ds {
         return format!(
-            "same OOMs and retries as the default, an estimated {} of device calls instead of {} \
-             ({} device allocations and {} frees instead of {} and {})",
+            "same OOMs and retries as the default, and an estimated {} of device calls instead \
+             of {} ({} less, more than the {tie} ms tie)",
             ms(wm.cost_us),
             ms(dm.cost_us),
-            wm.device_allocs,
-            wm.device_frees,
-            dm.device_allocs,
-            dm.device_frees
+            ms(dm.cost_us - wm.cost_us)
+        );
+    }
+    if wm.peak_reserved < dm.peak_reserved {
+        return format!(
+            "same OOMs and retries as the default, device-call time a tie ({} vs {}, within \
+             {tie} ms), and {} less reserved at peak ({} instead of {})",
+            ms(wm.cost_us),
+            ms(dm.cost_us),
+            format_size(dm.peak_reserved - wm.peak_reserved),
+            format_size(wm.peak_reserved),
+            format_size(dm.peak_reserved)
         );
     }
     format!(
-        "same OOMs, retries and device-call time as the default, {} less reserved at peak ({} \
-         instead of {})",
-        format_size(dm.peak_reserved.saturating_sub(wm.peak_reserved)),
+        "same OOMs, retries and peak reserved as the default ({}), and an estimated {} of \
+         device calls instead of {}",
         format_size(wm.peak_reserved),
-        format_size(dm.peak_reserved)
+        ms(wm.cost_us),
+        ms(dm.cost_us)
     )
 }
 
@@ -120,12 +199,6 @@ pub(crate) fn number_cells(m: &Metrics) -> Vec<String> {
         format_size(m.peak_allocated),
         format!("{:.1}%", 100.0 * m.utilization()),
     ]
-}
-
-fn metric_cells(m: &Metrics, label: &str) -> Vec<String> {
-    let mut cells = number_cells(m);
-    cells.push(label.to_string());
-    cells
 }
 
 /// Lays out rows as aligned columns (the last column left-aligned, the others right-aligned).
@@ -160,69 +233,107 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 /// `tune`'s report.
-pub fn tune_text(r: &TuneResult, trace: &str, events: usize) -> String {
+pub fn tune_text(r: &TuneResult, src: &Source) -> String {
     let mut out = String::new();
+    src.heading(&mut out, Some(r.capacity));
     let _ = writeln!(
         out,
-        "trace: {trace} ({events} events) on a {} device",
-        capacity(r.capacity)
-    );
-    let _ = writeln!(
-        out,
-        "ranked by: no out-of-memory, then fewest retries, then estimated device-call time, \
-         then peak reserved ({} configurations tried)\n",
+        "{} ({} configurations tried)\n",
+        ranking_rule(),
         r.searched
     );
     let mut header = vec!["rank"];
     header.extend_from_slice(&METRIC_HEADER);
+    if src.parts.len() > 1 {
+        header.push("worst trace");
+    }
     header.push("config");
+    let row_of = |rank: String, e: &Evaluated, note: &str| {
+        let mut row = vec![rank];
+        row.extend(number_cells(&e.metrics));
+        row.extend(src.part(&e.metrics));
+        row.push(format!("{}{note}", e.candidate.display_name()));
+        row
+    };
     let mut rows = Vec::new();
     for (i, e) in r.ranking.iter().enumerate() {
-        let mut row = vec![(i + 1).to_string()];
-        row.extend(metric_cells(&e.metrics, e.candidate.display_name()));
-        rows.push(row);
+        rows.push(row_of((i + 1).to_string(), e, ""));
     }
-    let ranked = |label: &str| r.ranking.iter().position(|e| e.candidate.label == label);
     let mut refs = vec![(&r.default, "")];
     for a in &r.advice {
         refs.push((a, "  <- common advice"));
     }
+    if let Some(own) = &r.own {
+        refs.push((own, "  <- yours"));
+    }
+    let mut shown: Vec<&str> = Vec::new();
     for (e, note) in refs {
-        if ranked(&e.candidate.label).is_none() {
-            let mut row = vec!["-".to_string()];
-            row.extend(metric_cells(&e.metrics, e.candidate.display_name()));
-            let last = row.last_mut().expect("cells");
-            last.push_str(note);
-            rows.push(row);
+        let label = e.candidate.label.as_str();
+        if r.rank_of(label).is_none() && !shown.contains(&label) {
+            shown.push(label);
+            rows.push(row_of("-".to_string(), e, note));
         }
     }
     out.push_str(&table(&header, &rows));
     let w = r.winner();
-    if w.metrics.ooms > 0 {
-        let _ = writeln!(
-            out,
-            "\nnothing tried fits on this device; the fewest out-of-memory errors with:"
-        );
-    } else {
-        let _ = writeln!(out, "\nrecommended for this trace on this device:");
+    match r.fit {
+        Fit::Fits => {
+            let _ = writeln!(out, "\nrecommended for this trace on this device:");
+            let _ = writeln!(out, "  {}", paste_line(&w.candidate.label));
+        }
+        Fit::Needs(c) => {
+            let _ = writeln!(
+                out,
+                "\nNOTHING FITS: no configuration tried runs without out-of-memory on this \
+                 device. The best of them needs {} ({} more than this device: its smallest \
+                 device without out-of-memory):",
+                capacity(c),
+                format_size(c.saturating_sub(r.capacity))
+            );
+            let _ = writeln!(
+                out,
+                "  {}   # still fails here",
+                paste_line(&w.candidate.label)
+            );
+        }
+        Fit::Never => {
+            let _ = writeln!(
+                out,
+                "\nNOTHING FITS: no configuration tried runs without out-of-memory on this \
+                 device, and the best of them does not fit on a much larger one either; the \
+                 fewest out-of-memory errors with:"
+            );
+            let _ = writeln!(
+                out,
+                "  {}   # still fails here",
+                paste_line(&w.candidate.label)
+            );
+        }
     }
-    let _ = writeln!(out, "  {}", paste_line(&w.candidate.label));
     let _ = writeln!(out, "why: {}", r.reason());
     for a in &r.advice {
-        let place = ranked(&a.candidate.label)
-            .map(|i| format!("rank {}", i + 1))
-            .unwrap_or_else(|| format!("not in the best {}", r.ranking.len()));
-        let _ = writeln!(
-            out,
-            "common advice {}: {place}; {} OOMs, {} retries, {}, {} reserved at peak",
-            a.candidate.label,
-            a.metrics.ooms,
-            a.metrics.retries,
-            ms(a.metrics.cost_us),
-            format_size(a.metrics.peak_reserved)
-        );
+        let _ = writeln!(out, "{}", placement("common advice", a, r));
+    }
+    if let Some(own) = &r.own {
+        let _ = writeln!(out, "{}", placement("your configuration", own, r));
     }
     out
+}
+
+/// Where a configuration lands in a search, with its numbers.
+fn placement(what: &str, e: &Evaluated, r: &TuneResult) -> String {
+    let place = r
+        .rank_of(&e.candidate.label)
+        .map(|i| format!("rank {i}"))
+        .unwrap_or_else(|| format!("not in the best {}", r.ranking.len()));
+    format!(
+        "{what} {}: {place}; {} OOMs, {} retries, {}, {} reserved at peak",
+        e.candidate.display_name(),
+        e.metrics.ooms,
+        e.metrics.retries,
+        ms(e.metrics.cost_us),
+        format_size(e.metrics.peak_reserved)
+    )
 }
 
 fn min_cap_cell(c: Option<u64>) -> String {
@@ -230,9 +341,9 @@ fn min_cap_cell(c: Option<u64>) -> String {
 }
 
 /// `tune --min-capacity`'s report.
-pub fn min_capacity_text(r: &MinCapacityResult, trace: &str, events: usize) -> String {
+pub fn min_capacity_text(r: &MinCapacityResult, src: &Source) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "trace: {trace} ({events} events)");
+    src.heading(&mut out, None);
     let _ = writeln!(
         out,
         "smallest device without out-of-memory, in 64 MiB steps ({} configurations tried):\n",
@@ -272,6 +383,14 @@ pub fn min_capacity_text(r: &MinCapacityResult, trace: &str, events: usize) -> S
                 capacity(*c),
                 capacity(c - crate::STEP)
             );
+            let _ = writeln!(
+                out,
+                "this is 64 MiB-tight: memory for PyTorch's allocator only, with nothing to \
+                 spare. Keep headroom beyond it for what the allocator does not see (CUDA \
+                 context, cuBLAS/cuDNN workspaces, NCCL buffers: often 0.5-2 GiB), e.g. a GPU \
+                 with at least {} usable",
+                capacity(c + (1 << 30))
+            );
             let _ = writeln!(out, "best configuration on it:");
             let _ = writeln!(out, "  {}", paste_line(&t.winner().candidate.label));
             let _ = writeln!(out, "why: {}", t.reason());
@@ -288,22 +407,37 @@ pub fn min_capacity_text(r: &MinCapacityResult, trace: &str, events: usize) -> S
 }
 
 /// `compare`'s report.
-pub fn compare_text(r: &CompareResult, trace: &str, events: usize) -> String {
+pub fn compare_text(r: &CompareResult, src: &Source) -> String {
     let mut out = String::new();
+    src.heading(&mut out, Some(r.capacity));
     let _ = writeln!(
         out,
-        "trace: {trace} ({events} events); OOMs, retries, device calls and time at {}\n",
-        capacity(r.capacity)
+        "OOMs, retries, device calls and time at this capacity\n"
     );
     let mut header = vec!["min capacity"];
     header.extend_from_slice(&METRIC_HEADER);
+    if src.parts.len() > 1 {
+        header.push("worst trace");
+    }
     header.push("config");
     let rows: Vec<Vec<String>> = r
         .rows
         .iter()
         .map(|row| {
-            let mut cells = vec![min_cap_cell(row.min_capacity)];
-            cells.extend(metric_cells(&row.metrics, row.candidate.display_name()));
+            let min = if r.min_capacity_computed {
+                min_cap_cell(row.min_capacity)
+            } else {
+                "-".to_string()
+            };
+            let mut cells = vec![min];
+            cells.extend(number_cells(&row.metrics));
+            cells.extend(src.part(&row.metrics));
+            let mark = if r.own.as_ref() == Some(&row.candidate.label) {
+                "  <- yours"
+            } else {
+                ""
+            };
+            cells.push(format!("{}{mark}", row.candidate.display_name()));
             cells
         })
         .collect();
@@ -340,6 +474,7 @@ pub fn metrics_json(m: &Metrics) -> Value {
         "peak_reserved": m.peak_reserved,
         "peak_segments": m.peak_segments,
         "utilization": m.utilization(),
+        "worst_part": m.part,
     })
 }
 
@@ -349,10 +484,25 @@ fn evaluated_json(e: &Evaluated) -> Value {
 
 /// `tune --json`.
 pub fn tune_json(r: &TuneResult) -> Value {
+    let (fits, needs) = match r.fit {
+        Fit::Fits => (true, None),
+        Fit::Needs(c) => (false, Some(c)),
+        Fit::Never => (false, None),
+    };
     json!({
         "capacity": r.capacity,
-        "recommended": r.winner().candidate.label,
+        "fits": fits,
+        "best_needs_capacity": needs,
+        "shortfall_bytes": r.fit.shortfall(r.capacity),
+        "recommended": if fits { Some(r.winner().candidate.label.clone()) } else { None },
+        "best": r.winner().candidate.label,
         "reason": r.reason(),
+        "cost_tie_us": crate::measure::COST_TIE_US,
+        "own": r.own.as_ref().map(|e| json!({
+            "PYTORCH_CUDA_ALLOC_CONF": e.candidate.label,
+            "rank": r.rank_of(&e.candidate.label),
+            "result": metrics_json(&e.metrics),
+        })),
         "searched": r.searched,
         "ranking": r.ranking.iter().map(evaluated_json).collect::<Vec<_>>(),
         "default": evaluated_json(&r.default),
@@ -377,9 +527,11 @@ pub fn min_capacity_json(r: &MinCapacityResult) -> Value {
 pub fn compare_json(r: &CompareResult) -> Value {
     json!({
         "capacity": r.capacity,
+        "own": r.own,
         "rows": r.rows.iter().map(|row| json!({
             "PYTORCH_CUDA_ALLOC_CONF": row.candidate.label,
             "min_capacity": row.min_capacity,
+            "fits": row.metrics.ooms == 0,
             "result": metrics_json(&row.metrics),
         })).collect::<Vec<_>>(),
     })

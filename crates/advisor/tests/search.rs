@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use cachalot_advisor::{
     Candidate, CompareOptions, CostModel, STEP, TuneOptions, compare, fits, html, min_capacity,
-    min_capacity_of, record_timelines, tune,
+    min_capacity_of, record_timelines, text, tune,
 };
 use cachalot_replay::LoadedTrace;
 
@@ -112,6 +112,7 @@ fn compare_rows_and_html_structure() {
         threads: None,
         min_capacity: true,
         progress: None,
+        own: None,
     };
     let r = compare(&t, &confs, &opts).unwrap();
     let labels: Vec<&str> = r.rows.iter().map(|x| x.candidate.label.as_str()).collect();
@@ -134,11 +135,11 @@ fn compare_rows_and_html_structure() {
         );
     }
     assert_eq!(tl[0].retries.len(), 1);
-    let page = html::compare_page(&r, "gpt2-train", &tl);
+    let page = html::compare_page(&r, &text::Source::trace("gpt2-train", t.ops.len()), &tl);
     check_page(&page, &labels, 3);
 
     let tuned = tune(&t, &TuneOptions::at(17216 << 20)).unwrap();
-    let page = html::tune_page(&tuned, "gpt2-train", &tl);
+    let page = html::tune_page(&tuned, &text::Source::trace("gpt2-train", t.ops.len()), &tl);
     let doc_rows = tuned.ranking.len()
         + [&tuned.default]
             .into_iter()

@@ -11,22 +11,24 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use cachalot_advisor::{
-    Candidate, CostModel, Tick, TuneOptions, TuneResult, html, min_capacity, record_timelines,
+    Candidate, CostModel, Fit, Tick, TuneOptions, TuneResult, html, min_capacity, record_timelines,
     text, tune,
 };
-use cachalot_replay::LoadedTrace;
+use cachalot_replay::{LoadedInput, LoadedTrace};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::args::{load_trace, parse_size};
+use crate::args::parse_size;
 
 /// Arguments of `cachalot tune`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The trace: RMM memory-log CSV (plain or gzip). Without it, the bundled GPT-2 training
-    /// trace.
-    trace: Option<PathBuf>,
-    /// Device memory to tune for, e.g. 24G, 16GiB, 512M or bytes.
-    #[arg(long, value_parser = parse_size, required_unless_present = "min_capacity")]
+    /// The traces: RMM memory-log CSVs or torch memory snapshots (pickle or JSON), plain or
+    /// gzip. Several (the ranks of one job): one configuration that works for all of them.
+    /// Without any, the bundled GPT-2 training trace.
+    traces: Vec<PathBuf>,
+    /// Device memory to tune for, e.g. 24G, 16GiB, 512M. Default: for snapshots that ran out
+    /// of memory, the capacity they recorded.
+    #[arg(long, value_parser = parse_size)]
     capacity: Option<u64>,
     /// Instead: find the smallest device (64 MiB steps) the trace fits on, and the
     /// configuration to use there.
@@ -41,20 +43,30 @@ pub struct Args {
 
 /// Runs `cachalot tune`.
 pub fn run(a: Args) -> Result<ExitCode> {
-    let (trace, name) = load_trace(a.trace.as_deref())?;
+    let w = a.common.load(&a.traces)?;
     let cost = a.common.cost_model()?;
     let progress = Progress::new(a.common.quiet);
     let tick = |t: Tick| progress.tick(t);
+    let mut src = w.source.clone();
+    let capacity = if a.min_capacity {
+        0
+    } else {
+        let (c, note) = a.common.capacity(a.capacity, &w)?;
+        src.capacity_note = note;
+        c
+    };
     let opts = TuneOptions {
-        capacity: a.capacity.unwrap_or(0),
+        capacity,
         cost,
         threads: a.common.threads,
         top: a.top.max(1),
         progress: Some(&tick),
+        own: w.own_candidate()?,
     };
     let start = std::time::Instant::now();
+    let traces = &w.traces;
     if a.min_capacity {
-        let r = min_capacity(&trace, &opts)?;
+        let r = min_capacity(traces, &opts)?;
         progress.finish();
         if a.common.json {
             println!(
@@ -62,7 +74,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 serde_json::to_string_pretty(&text::min_capacity_json(&r))?
             );
         } else {
-            print!("{}", text::min_capacity_text(&r, &name, trace.ops.len()));
+            print!("{}", text::min_capacity_text(&r, &src));
         }
         a.common.stats_line(
             format_args!(
@@ -72,19 +84,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
             start,
         );
         if let (Some(path), Some(t)) = (&a.common.html, &r.tune) {
-            html_report(&trace, &name, t, &opts, path)?;
+            html_report(&w, &src, t, &opts, path)?;
         }
         return Ok(ExitCode::SUCCESS);
     }
-    if opts.capacity == 0 {
-        bail!("tune needs --capacity SIZE (e.g. --capacity 24G), or --min-capacity");
-    }
-    let r = tune(&trace, &opts)?;
+    let r = tune(traces, &opts)?;
     progress.finish();
     if a.common.json {
         println!("{}", serde_json::to_string_pretty(&text::tune_json(&r))?);
     } else {
-        print!("{}", text::tune_text(&r, &name, trace.ops.len()));
+        print!("{}", text::tune_text(&r, &src));
     }
     a.common.stats_line(
         format_args!(
@@ -94,19 +103,25 @@ pub fn run(a: Args) -> Result<ExitCode> {
         start,
     );
     if let Some(path) = &a.common.html {
-        html_report(&trace, &name, &r, &opts, path)?;
+        html_report(&w, &src, &r, &opts, path)?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if r.fit == Fit::Fits {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// The charts show the best three, the default and the common advice.
 fn html_report(
-    trace: &LoadedTrace,
-    name: &str,
+    w: &Loaded,
+    src: &text::Source,
     r: &TuneResult,
     opts: &TuneOptions,
     path: &Path,
 ) -> Result<()> {
+    // The charts replay the winner's worst trace.
+    let trace = &w.traces[r.winner().metrics.part.min(w.traces.len() - 1)];
     let mut shown: Vec<Candidate> = Vec::new();
     for e in r
         .ranking
@@ -121,12 +136,27 @@ fn html_report(
     }
     let timelines = record_timelines(trace, &shown, r.capacity, &opts.cost, opts.threads)
         .context("recording the timelines for the HTML report")?;
-    write_html(path, &html::tune_page(r, name, &timelines))
+    write_html(path, &html::tune_page(r, src, &timelines))
 }
 
 /// Options shared by `tune` and `compare`.
 #[derive(clap::Args)]
 pub struct AdvisorArgs {
+    /// For torch snapshots with history on several devices: the device to replay.
+    #[arg(long, value_name = "N", conflicts_with = "all_devices")]
+    pub device: Option<u32>,
+    /// For torch snapshots: every device with history, one configuration for all of them
+    /// (the worst device decides).
+    #[arg(long)]
+    pub all_devices: bool,
+    /// A common GPU instead of --capacity: its memory a process can use (see
+    /// `--gpu list`), less --headroom.
+    #[arg(long, value_name = "NAME", conflicts_with = "capacity")]
+    pub gpu: Option<String>,
+    /// Memory to keep outside PyTorch's allocator (CUDA context, cuBLAS/cuDNN workspaces,
+    /// NCCL), taken off the capacity, e.g. 1G.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub headroom: Option<u64>,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -150,6 +180,67 @@ pub struct AdvisorArgs {
 }
 
 impl AdvisorArgs {
+    /// Loads the traces as one workload (see [`Loaded`]).
+    pub fn load(&self, paths: &[PathBuf]) -> Result<Loaded> {
+        Loaded::load(paths, self.device, self.all_devices)
+    }
+
+    /// The capacity to replay at, and where it comes from: `--capacity` or `--gpu`, else the
+    /// capacity the snapshots recorded; less `--headroom`.
+    pub fn capacity(&self, given: Option<u64>, w: &Loaded) -> Result<(u64, Option<String>)> {
+        let (base, mut note) = match (given, &self.gpu) {
+            (Some(c), _) => (c, None),
+            (None, Some(name)) => {
+                let g = cachalot_advisor::gpus::find(name)?;
+                (
+                    g.usable,
+                    Some(format!(
+                        "{}: {} usable by a process ({})",
+                        g.name,
+                        cachalot_core::format_size(g.usable),
+                        g.source
+                    )),
+                )
+            }
+            (None, None) => match w.recorded_capacity() {
+                Some(c) => (
+                    c,
+                    Some(format!(
+                        "{}, where the snapshot ran out of memory (free device memory plus \
+                         reserved at its last out-of-memory); pass --capacity to change it",
+                        cachalot_core::format_size(c)
+                    )),
+                ),
+                None => bail!(
+                    "needs --capacity SIZE (e.g. --capacity 24G) or --gpu NAME, or \
+                     --min-capacity"
+                ),
+            },
+        };
+        let Some(h) = self.headroom else {
+            return Ok((base, note));
+        };
+        if h >= base {
+            bail!(
+                "--headroom {} leaves nothing of a {} device",
+                cachalot_core::format_size(h),
+                cachalot_core::format_size(base)
+            );
+        }
+        let left = base - h;
+        let line = format!(
+            "{} for PyTorch's allocator: {} less {} headroom",
+            cachalot_core::format_size(left),
+            cachalot_core::format_size(base),
+            cachalot_core::format_size(h)
+        );
+        note = Some(match note {
+            Some(n) => format!("{line}; {n}"),
+            None => line,
+        });
+        Ok((left, note))
+    }
+
     /// The cost model: the defaults, then the file, then the overrides.
     pub fn cost_model(&self) -> Result<CostModel> {
         let mut m = CostModel::default();
@@ -228,4 +319,114 @@ pub fn write_html(path: &Path, page: &str) -> Result<()> {
         .with_context(|| format!("cannot write HTML report {}", path.display()))?;
     eprintln!("cachalot: wrote {}", path.display());
     Ok(())
+}
+
+/// The inputs of `tune` or `compare` as one workload: each file (and, with --all-devices,
+/// each device of a snapshot) is one part that the configuration must serve.
+pub struct Loaded {
+    /// The traces.
+    pub traces: Vec<LoadedTrace>,
+    /// The inputs they came from.
+    pub inputs: Vec<LoadedInput>,
+    /// Names and notes for the reports.
+    pub source: text::Source,
+}
+
+impl Loaded {
+    fn load(paths: &[PathBuf], device: Option<u32>, all_devices: bool) -> Result<Loaded> {
+        let mut inputs: Vec<(String, LoadedInput)> = Vec::new();
+        if paths.is_empty() {
+            if device.is_some() || all_devices {
+                bail!("--device and --all-devices are for torch snapshots; no trace was given");
+            }
+            let (input, name) = crate::cmd::replay::load(None, None)?;
+            inputs.push((name, input));
+        }
+        for p in paths {
+            if all_devices {
+                if !p.exists() {
+                    bail!("trace file {} does not exist", p.display());
+                }
+                let all = cachalot_replay::input::load_all_devices(p)?;
+                let several = all.len() > 1;
+                for input in all {
+                    let name = match input.snapshot_events() {
+                        Some(e) if several && paths.len() == 1 => format!("device {}", e.device),
+                        Some(e) if several => format!("{} (device {})", p.display(), e.device),
+                        _ => p.display().to_string(),
+                    };
+                    inputs.push((name, input));
+                }
+            } else {
+                let (input, name) = crate::cmd::replay::load(Some(p), device)?;
+                let name = match (device, input.snapshot_events()) {
+                    (Some(_), Some(e)) => format!("{name} (device {})", e.device),
+                    _ => name,
+                };
+                inputs.push((name, input));
+            }
+        }
+        let mut source = text::Source {
+            name: if all_devices && paths.len() == 1 {
+                format!("{} (all devices)", paths[0].display())
+            } else {
+                inputs
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            events: inputs.iter().map(|(_, i)| i.trace.ops.len()).sum(),
+            ..text::Source::default()
+        };
+        if inputs.len() > 1 {
+            source.parts = inputs.iter().map(|(n, _)| n.clone()).collect();
+        }
+        for (name, input) in &inputs {
+            for note in input.notes() {
+                source.notes.push(if inputs.len() > 1 {
+                    format!("{name}: {note}")
+                } else {
+                    note
+                });
+            }
+        }
+        let (names, inputs): (Vec<String>, Vec<LoadedInput>) = inputs.into_iter().unzip();
+        drop(names);
+        Ok(Loaded {
+            traces: inputs.iter().map(|i| i.trace.clone()).collect(),
+            inputs,
+            source,
+        })
+    }
+
+    /// The smallest capacity the snapshots recorded at an out-of-memory, if any did.
+    pub fn recorded_capacity(&self) -> Option<u64> {
+        self.inputs
+            .iter()
+            .filter_map(|i| i.recorded().and_then(|r| r.capacity))
+            .min()
+    }
+
+    /// The configuration the snapshots recorded (the first one's, if they differ).
+    pub fn own_conf(&self) -> Option<String> {
+        self.inputs
+            .iter()
+            .find_map(|i| i.recorded().and_then(|r| r.alloc_conf.clone()))
+    }
+
+    /// [`Loaded::own_conf`] as a candidate; a recorded string torch rejects is skipped with
+    /// a warning.
+    pub fn own_candidate(&self) -> Result<Option<Candidate>> {
+        let Some(conf) = self.own_conf() else {
+            return Ok(None);
+        };
+        match Candidate::parse(conf.trim()) {
+            Ok(c) => Ok(Some(c)),
+            Err(e) => {
+                eprintln!("cachalot: warning: the snapshot's own configuration is not ranked: {e}");
+                Ok(None)
+            }
+        }
+    }
 }
