@@ -15,6 +15,20 @@ pub const BUNDLED_NAME: &str = "<bundled gpt2-train.csv.gz>";
 /// The one byte-size reader (`512M`, `24G`, `80GiB`, plain bytes), as clap's value parser.
 pub use cachalot_core::parse_byte_size as parse_size;
 
+/// A device capacity or headroom: [`parse_size`], but a plain number below 1 MiB needs a
+/// unit (`--capacity 24` is far more likely meant as 24G than as 24 bytes).
+pub fn parse_capacity(s: &str) -> Result<u64, String> {
+    let bytes = parse_size(s).map_err(|e| e.to_string())?;
+    let t = s.trim();
+    if bytes < 1 << 20 && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(format!(
+            "'{s}' has no unit and would mean {bytes} bytes; give a unit, e.g. {t}G or {t}M \
+             (plain numbers are bytes and must be at least 1048576)"
+        ));
+    }
+    Ok(bytes)
+}
+
 /// The settings from the environment, read as torch 2.15 reads it, with `--conf STR` (PyTorch's
 /// grammar) in place of the PyTorch variables and `--cachalot STR` in place of
 /// `CACHALOT_ALLOC_CONF` where given.
@@ -49,5 +63,20 @@ pub fn load_trace(path: Option<&Path>) -> Result<(LoadedTrace, String)> {
             let t = cachalot_replay::load_bytes(BUNDLED_TRACE).context("bundled trace")?;
             Ok((t, BUNDLED_NAME.to_string()))
         }
+    }
+}
+
+#[cfg(test)]
+mod capacity_tests {
+    use super::parse_capacity;
+
+    #[test]
+    fn small_plain_numbers_need_a_unit() {
+        let e = parse_capacity("24").unwrap_err();
+        assert!(e.contains("'24'") && e.contains("24G"), "{e}");
+        assert_eq!(parse_capacity("24G"), Ok(24 << 30));
+        assert_eq!(parse_capacity("512K"), Ok(512 << 10));
+        assert_eq!(parse_capacity("5215617024"), Ok(5_215_617_024));
+        assert!(parse_capacity("12Q").unwrap_err().contains("'12Q'"));
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use cachalot_advisor::{CompareOptions, compare, html, record_timelines, text};
 
-use crate::args::parse_size;
+use crate::args::parse_capacity;
 use crate::cmd::tune::{AdvisorArgs, Progress, write_html};
 
 /// Arguments of `cachalot compare`.
@@ -22,7 +22,7 @@ pub struct Args {
     confs: Vec<String>,
     /// Device memory for the OOM, retry and device-call columns, e.g. 24G. Default: for
     /// snapshots that ran out of memory, the capacity they recorded; else 80G.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_capacity)]
     capacity: Option<u64>,
     /// Skip the minimum-capacity column (it takes several replays per configuration).
     #[arg(long)]

@@ -12,7 +12,7 @@ use cachalot_replay::diagnose::{
 };
 use cachalot_replay::input::{pick_device, read_snapshot_path};
 
-use crate::args::parse_size;
+use crate::args::parse_capacity;
 
 /// Arguments of `cachalot explain`.
 #[derive(clap::Args)]
@@ -26,7 +26,7 @@ pub struct Args {
     device: Option<u32>,
     /// Device memory for the replays. Default: estimated from the snapshot (free device
     /// memory at the out-of-memory plus what the allocator had reserved then).
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_capacity)]
     capacity: Option<u64>,
     /// Only read the snapshot; do not replay its history.
     #[arg(long)]

@@ -14,7 +14,7 @@ use cachalot_replay::{LoadOptions, LoadedInput, ReplayOptions, load_input, repla
 use cachalot_sim::SimConfig;
 use cachalot_torchfmt::{Snapshot, memory_stats_json, memory_summary, write_pickle};
 
-use crate::args::{load_trace, parse_size, print_warnings, resolve_conf};
+use crate::args::{load_trace, parse_capacity, print_warnings, resolve_conf};
 
 /// Arguments of `cachalot replay`.
 #[derive(clap::Args)]
@@ -30,7 +30,7 @@ pub struct Args {
     conf: Option<String>,
     /// Device memory, e.g. 24G, 512M or bytes. Default: for a snapshot that ran out of
     /// memory, the capacity it recorded; else 80G.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_capacity)]
     capacity: Option<u64>,
     /// Print the oracle-compatible JSON object (with `memory_stats`) instead of the summary.
     #[arg(long)]

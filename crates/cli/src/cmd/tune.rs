@@ -17,7 +17,7 @@ use cachalot_advisor::{
 use cachalot_replay::{LoadedInput, LoadedTrace};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::args::parse_size;
+use crate::args::parse_capacity;
 
 /// Arguments of `cachalot tune`.
 #[derive(clap::Args)]
@@ -28,7 +28,7 @@ pub struct Args {
     traces: Vec<PathBuf>,
     /// Device memory to tune for, e.g. 24G, 16GiB, 512M. Default: for snapshots that ran out
     /// of memory, the capacity they recorded.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_capacity)]
     capacity: Option<u64>,
     /// Instead: find the smallest device (64 MiB steps) the trace fits on, and the
     /// configuration to use there.
@@ -155,7 +155,7 @@ pub struct AdvisorArgs {
     pub gpu: Option<String>,
     /// Memory to keep outside PyTorch's allocator (CUDA context, cuBLAS/cuDNN workspaces,
     /// NCCL), taken off the capacity, e.g. 1G.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_capacity)]
     pub headroom: Option<u64>,
     /// Print JSON instead of tables.
     #[arg(long)]
