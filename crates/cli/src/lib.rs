@@ -35,6 +35,9 @@ enum Command {
     Tune(cmd::tune::Args),
     /// Compare configurations on a trace: peaks, minimum capacity, OOMs, retries, device calls.
     Compare(cmd::compare::Args),
+    /// CPU time per replayed operation on several traces and configurations, next to torch
+    /// 2.15's own allocator where the oracle is set up.
+    Bench(cmd::bench::Args),
 }
 
 /// Whether an error comes from writing to a closed pipe (`cachalot … | head`): the reader
@@ -79,6 +82,7 @@ where
         Command::Explain(a) => cmd::explain::run(a),
         Command::Tune(a) => cmd::tune::run(a),
         Command::Compare(a) => cmd::compare::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
     };
     match result {
         Ok(code) => code,

@@ -129,6 +129,9 @@ pub struct ReplayReport {
     pub segments: Vec<LogEntry>,
     /// Wall time of the replay loop only.
     pub wall_ns: u128,
+    /// CPU time of the replaying thread in the replay loop only (what `cachalot bench`
+    /// compares; unlike wall time, it does not count time other processes had the core).
+    pub cpu_ns: u128,
     /// Whether the replay stopped early at an OOM.
     pub stopped_early: bool,
     /// Timeline samples (empty unless asked for).
@@ -243,6 +246,7 @@ fn replay_inner(
     let mut events = 0u64;
     let mut fatal = None;
     let start = Instant::now();
+    let cpu_start = cpu_time::ThreadTime::now();
     for (i, op) in trace.ops.iter().enumerate() {
         events += 1;
         let ooms_before = ooms.count;
@@ -328,6 +332,7 @@ fn replay_inner(
         }
     }
     let wall_ns = start.elapsed().as_nanos();
+    let cpu_ns = cpu_start.elapsed().as_nanos();
     // Skipped frees are counted by the trace, not by what was replayed: an OOM'd allocation
     // whose free lies beyond an early stop is not counted.
     let stats = alloc.stats().unwrap_or_default();
@@ -371,6 +376,7 @@ fn replay_inner(
         mem_info_at_end,
         segments: device.take_log(),
         wall_ns,
+        cpu_ns,
         stopped_early,
         samples,
         after_empty_cache,

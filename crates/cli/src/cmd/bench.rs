@@ -1,0 +1,441 @@
+//! `cachalot bench`: CPU time per replayed operation, next to torch 2.15's own allocator.
+//!
+//! Each trace × configuration is replayed `--runs` times through cachalot and, where the
+//! oracle is set up, through torch's allocator, the two alternating so that a burst of load
+//! on a shared machine hits both. The minimum of each counts.
+//!
+//! - cachalot: the replaying thread's CPU time in the replay loop only.
+//! - torch: the oracle's CPU time (user + system, of the whole process) on the trace, less
+//!   its CPU time on the same trace with every action replaced by one it skips (`noop`):
+//!   what is left is the replay loop, as the oracle reads and parses both files alike. The
+//!   oracle's own `timing.ns_per_op` is a steady clock around its loop, which counts the time
+//!   other processes had the core; it is shown too (`torch wall`).
+//!
+//! Each row also says whether both made the same decisions (device allocations and frees,
+//! peak reserved bytes, OOMs).
+
+use std::io::{BufRead, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use cachalot_core::config::{Overrides, Settings};
+use cachalot_replay::{LoadedTrace, ReplayOptions, ReplayReport, load_rmm, replay};
+use cachalot_sim::SimConfig;
+use nix::sys::resource::{UsageWho, getrusage};
+
+/// Arguments of `cachalot bench`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Repetitions of each trace × configuration, alternating cachalot and torch; the
+    /// minimum of each counts.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Folder with the recorded traces gpt2-generate-varlen, bert-finetune-varlen and
+    /// random-4streams (`.csv.gz`); those missing are skipped.
+    #[arg(long, value_name = "DIR", default_value = "tests/fixtures/traces")]
+    fixtures: PathBuf,
+    /// The oracle command (torch 2.15's allocator on a simulated device). Default:
+    /// `$CACHALOT_ORACLE`, else `../shared/oracle/oracle` where present.
+    #[arg(long, value_name = "PATH")]
+    oracle: Option<PathBuf>,
+    /// Time cachalot only.
+    #[arg(long)]
+    no_oracle: bool,
+    /// Only the traces with these names (as printed; repeatable).
+    #[arg(long = "trace", value_name = "NAME")]
+    traces: Vec<String>,
+    /// Only the configurations with these labels (as printed; repeatable).
+    #[arg(long = "config", value_name = "LABEL")]
+    configs: Vec<String>,
+    /// Multiply the event counts of the generated traces by this (e.g. 0.1 for a quick run).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+}
+
+/// The configurations compared: (label, `PYTORCH_CUDA_ALLOC_CONF`).
+const CONFIGS: [(&str, &str); 5] = [
+    ("default", ""),
+    ("max_split_size_mb:128", "max_split_size_mb:128"),
+    ("expandable_segments:True", "expandable_segments:True"),
+    ("roundup_power2_divisions:4", "roundup_power2_divisions:4"),
+    (
+        "gc:0.8,fraction:0.9",
+        "garbage_collection_threshold:0.8,per_process_memory_fraction:0.9",
+    ),
+];
+
+/// The recorded traces, read from `--fixtures`.
+const RECORDED: [&str; 3] = [
+    "gpt2-generate-varlen",
+    "bert-finetune-varlen",
+    "random-4streams",
+];
+
+/// A generated trace: random requests on a few or many streams, up to `live` at once.
+struct Synthetic {
+    name: &'static str,
+    events: usize,
+    live: usize,
+    streams: u64,
+    seed: u64,
+}
+
+const SYNTHETIC: [Synthetic; 3] = [
+    Synthetic {
+        name: "live-5k",
+        events: 1_000_000,
+        live: 5_000,
+        streams: 1,
+        seed: 5,
+    },
+    Synthetic {
+        name: "live-100k",
+        events: 600_000,
+        live: 100_000,
+        streams: 1,
+        seed: 100,
+    },
+    Synthetic {
+        name: "streams-64",
+        events: 400_000,
+        live: 1_000,
+        streams: 64,
+        seed: 64,
+    },
+];
+
+/// A small deterministic generator (SplitMix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Log-uniform in [lo, hi).
+    fn log_uniform(&mut self, lo: u64, hi: u64) -> u64 {
+        let (l, h) = ((lo as f64).ln(), (hi as f64).ln());
+        (l + self.unit() * (h - l)).exp() as u64
+    }
+}
+
+impl Synthetic {
+    /// The trace as RMM CSV: it fills up to `live` blocks, then allocates and frees at
+    /// random, and frees everything at the end. Sizes: 90 % from 512 B to 1 MiB, 10 % from
+    /// 1 to 4 MiB, log-uniform (so 100k live blocks fit an 80 GB device).
+    fn csv(&self, scale: f64) -> String {
+        use std::fmt::Write;
+        let events = ((self.events as f64 * scale) as usize).max(2 * self.live.min(1000));
+        let mut rng = Rng(self.seed);
+        let mut live: Vec<u64> = Vec::new();
+        let mut next = 1u64;
+        let mut out = String::from("Thread,Time,Action,Pointer,Size,Stream\n");
+        for t in 0..events {
+            let draining = events - t <= live.len();
+            let filling = live.len() < self.live * 9 / 10 && t < events / 2;
+            let p_alloc = if live.is_empty() {
+                1.0
+            } else if draining || live.len() >= self.live {
+                0.0
+            } else if filling {
+                0.95
+            } else {
+                0.5
+            };
+            if rng.unit() < p_alloc {
+                let size = if rng.below(10) < 9 {
+                    rng.log_uniform(512, 1 << 20)
+                } else {
+                    rng.log_uniform(1 << 20, 4 << 20)
+                };
+                let stream = rng.below(self.streams);
+                let _ = writeln!(out, "1,{t},allocate,{next:#x},{size},{stream:#x}");
+                live.push(next);
+                next += 1;
+            } else {
+                let p = live.swap_remove(rng.below(live.len() as u64) as usize);
+                let _ = writeln!(out, "1,{t},free,{p:#x},0,0");
+            }
+        }
+        out
+    }
+}
+
+/// What one replay measured.
+#[derive(Clone, Copy, PartialEq)]
+struct Decisions {
+    device_allocs: i64,
+    device_frees: i64,
+    peak_reserved: i64,
+    ooms: i64,
+}
+
+fn cachalot_run(trace: &LoadedTrace, opts: &ReplayOptions) -> Result<(f64, Decisions)> {
+    let r: ReplayReport = replay(trace, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let s = &r.stats;
+    let ns = r.cpu_ns as f64 / r.events.max(1) as f64;
+    Ok((
+        ns,
+        Decisions {
+            device_allocs: s.num_device_alloc,
+            device_frees: s.num_device_free,
+            peak_reserved: s.reserved_bytes.all().peak,
+            ooms: s.num_ooms,
+        },
+    ))
+}
+
+/// CPU time (user + system) of all waited-for children so far.
+fn children_cpu() -> Result<Duration> {
+    let u = getrusage(UsageWho::RUSAGE_CHILDREN).context("getrusage")?;
+    let us = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
+    Ok(Duration::from_micros(
+        us(u.user_time()) + us(u.system_time()),
+    ))
+}
+
+/// One oracle run: its CPU time, its loop's wall time per operation, its decisions.
+fn oracle_run(oracle: &Path, trace: &Path, conf: &str) -> Result<(Duration, f64, Decisions)> {
+    let before = children_cpu()?;
+    let out = Command::new(oracle)
+        .arg(trace)
+        .env_remove("PYTORCH_ALLOC_CONF")
+        .env_remove("PYTORCH_NO_CUDA_MEMORY_CACHING")
+        .env("PYTORCH_CUDA_ALLOC_CONF", conf)
+        .env("FAKE_CUDA_CAPACITY", "80G")
+        .output()
+        .with_context(|| format!("cannot run the oracle {}", oracle.display()))?;
+    let cpu = children_cpu()?.saturating_sub(before);
+    if !out.status.success() {
+        bail!(
+            "the oracle failed on {} with '{conf}' ({}): {}",
+            trace.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("the oracle's output is not JSON")?;
+    let int = |k: &str| v[k].as_i64().unwrap_or(-1);
+    Ok((
+        cpu,
+        v["timing"]["ns_per_op"].as_f64().unwrap_or(f64::NAN),
+        Decisions {
+            device_allocs: int("num_device_alloc"),
+            device_frees: int("num_device_free"),
+            peak_reserved: v["peak"]["reserved_bytes"].as_i64().unwrap_or(-1),
+            ooms: int("num_ooms"),
+        },
+    ))
+}
+
+/// Writes `src` (any RMM CSV, plain or gzip) as plain CSV to `plain`, and again to `noop`
+/// with every action replaced by `noop`, which the oracle reads and skips.
+fn write_twins(src: &Path, plain: &Path, noop: &Path) -> Result<()> {
+    let input = cachalot_trace::open_decompressed(src)
+        .with_context(|| format!("cannot read {}", src.display()))?;
+    let create = |p: &Path| -> Result<BufWriter<std::fs::File>> {
+        Ok(BufWriter::new(std::fs::File::create(p).with_context(
+            || format!("cannot create {}", p.display()),
+        )?))
+    };
+    let (mut a, mut b) = (create(plain)?, create(noop)?);
+    let mut action = 2;
+    for (i, line) in input.lines().enumerate() {
+        let line = line.with_context(|| format!("cannot read {}", src.display()))?;
+        writeln!(a, "{line}")?;
+        let fields: Vec<&str> = line.split(',').collect();
+        if i == 0 && fields[0].to_ascii_lowercase().contains("thread") {
+            action = fields
+                .iter()
+                .position(|f| f.trim().eq_ignore_ascii_case("action"))
+                .unwrap_or(2);
+            writeln!(b, "{line}")?;
+        } else if fields.len() > action {
+            let mut f = fields;
+            f[action] = "noop";
+            writeln!(b, "{}", f.join(","))?;
+        } else {
+            writeln!(b, "{line}")?;
+        }
+    }
+    a.flush()?;
+    b.flush()?;
+    Ok(())
+}
+
+/// The oracle to use, if any.
+fn find_oracle(a: &Args) -> Option<PathBuf> {
+    if a.no_oracle {
+        return None;
+    }
+    if let Some(p) = &a.oracle {
+        return Some(p.clone());
+    }
+    if let Some(p) = std::env::var_os("CACHALOT_ORACLE") {
+        return Some(PathBuf::from(p));
+    }
+    let p = PathBuf::from("../shared/oracle/oracle");
+    p.exists().then_some(p)
+}
+
+/// Removes the generated traces when dropped.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs `cachalot bench`.
+pub fn run(a: Args) -> Result<ExitCode> {
+    if a.runs == 0 {
+        bail!("--runs 0: give at least 1 repetition");
+    }
+    if !(a.scale > 0.0 && a.scale.is_finite()) {
+        bail!(
+            "--scale {}: give a positive number such as 0.1 or 1",
+            a.scale
+        );
+    }
+    let oracle = find_oracle(&a);
+    let wanted = |name: &str, list: &[String]| list.is_empty() || list.iter().any(|n| n == name);
+    let configs: Vec<_> = CONFIGS
+        .iter()
+        .filter(|(label, _)| wanted(label, &a.configs))
+        .collect();
+    if configs.is_empty() {
+        let labels: Vec<_> = CONFIGS.iter().map(|c| c.0).collect();
+        bail!(
+            "no configuration matches --config; the labels are: {}",
+            labels.join(", ")
+        );
+    }
+    let tmp = TempDir(std::env::temp_dir().join(format!("cachalot-bench-{}", std::process::id())));
+    std::fs::create_dir_all(&tmp.0)
+        .with_context(|| format!("cannot create {}", tmp.0.display()))?;
+    // (name, the trace as given or generated)
+    let mut traces: Vec<(String, PathBuf)> = Vec::new();
+    for name in RECORDED {
+        let path = a.fixtures.join(format!("{name}.csv.gz"));
+        if !wanted(name, &a.traces) {
+            continue;
+        }
+        if path.exists() {
+            traces.push((name.to_string(), path));
+        } else {
+            eprintln!(
+                "cachalot bench: skipping {name}: {} not found",
+                path.display()
+            );
+        }
+    }
+    for s in &SYNTHETIC {
+        if wanted(s.name, &a.traces) {
+            let path = tmp.0.join(format!("{}.csv", s.name));
+            std::fs::write(&path, s.csv(a.scale))
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            traces.push((s.name.to_string(), path));
+        }
+    }
+    if traces.is_empty() {
+        bail!("no trace to time (check --trace and --fixtures)");
+    }
+    match &oracle {
+        Some(o) => println!(
+            "cachalot: thread CPU time of the replay loop; torch 2.15 ({}): CPU time of the \
+             oracle less its CPU time on the trace with every row skipped; minimum of {} \
+             alternating runs each",
+            o.display(),
+            a.runs
+        ),
+        None => println!(
+            "cachalot only (no oracle set up): thread CPU time of the replay loop, minimum of {} runs",
+            a.runs
+        ),
+    }
+    println!(
+        "{:<21} {:<27} {:>8} {:>11} {:>9} {:>6} {:>10}  same decisions",
+        "trace", "config", "events", "cachalot ns", "torch ns", "ratio", "torch wall"
+    );
+    let mut differ = false;
+    for (name, path) in &traces {
+        let trace = load_rmm(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let events = trace.ops.len().max(1) as f64;
+        let twins = match &oracle {
+            Some(_) => {
+                let plain = tmp.0.join(format!("{name}.plain.csv"));
+                let noop = tmp.0.join(format!("{name}.noop.csv"));
+                write_twins(path, &plain, &noop)?;
+                Some((plain, noop))
+            }
+            None => None,
+        };
+        for (label, conf) in &configs {
+            let settings = Settings::resolve(
+                |_| None,
+                Overrides {
+                    pytorch: Some(conf),
+                    cachalot: None,
+                },
+            )?;
+            let opts = ReplayOptions {
+                conf: settings.conf,
+                sim: SimConfig::with_capacity(80 << 30),
+                ..ReplayOptions::default()
+            };
+            let mut ours = f64::INFINITY;
+            let mut torch_cpu = Duration::MAX;
+            let mut skip_cpu = Duration::MAX;
+            let mut torch_wall = f64::INFINITY;
+            let mut same: Option<bool> = None;
+            for _ in 0..a.runs {
+                let (ns, d) = cachalot_run(&trace, &opts)?;
+                ours = ours.min(ns);
+                if let (Some(o), Some((plain, noop))) = (&oracle, &twins) {
+                    let (cpu, wall, td) = oracle_run(o, plain, conf)?;
+                    torch_cpu = torch_cpu.min(cpu);
+                    torch_wall = torch_wall.min(wall);
+                    same = Some(same.unwrap_or(true) && td == d);
+                    let (cpu, _, _) = oracle_run(o, noop, conf)?;
+                    skip_cpu = skip_cpu.min(cpu);
+                }
+            }
+            let (t, ratio, w, s) = match same {
+                Some(s) => {
+                    differ |= !s;
+                    let theirs = torch_cpu.saturating_sub(skip_cpu).as_nanos() as f64 / events;
+                    (
+                        format!("{theirs:.1}"),
+                        format!("{:.3}", ours / theirs),
+                        format!("{torch_wall:.1}"),
+                        if s { "yes" } else { "NO" },
+                    )
+                }
+                None => ("-".into(), "-".into(), "-".into(), "-"),
+            };
+            println!(
+                "{name:<21} {label:<27} {:>8} {ours:>11.1} {t:>9} {ratio:>6} {w:>10}  {s}",
+                trace.ops.len()
+            );
+        }
+    }
+    Ok(if differ {
+        eprintln!("cachalot bench: cachalot and torch made different decisions on a row marked NO");
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
