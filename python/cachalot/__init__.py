@@ -9,6 +9,46 @@ Importing this package never imports torch; `cachalot.torch` and `cachalot.recor
 
 from cachalot import capture
 from cachalot._native import __version__
+from cachalot.api import (
+    CachalotError,
+    CompareResult,
+    Config,
+    ConfigError,
+    ConfigOption,
+    ExplainResult,
+    MinCapacityResult,
+    ReplayResult,
+    TraceError,
+    TuneResult,
+    compare,
+    convert,
+    explain,
+    min_capacity,
+    parse_config,
+    replay,
+    tune,
+)
 from cachalot.record import recording
 
-__all__ = ["__version__", "capture", "recording"]
+__all__ = [
+    "CachalotError",
+    "CompareResult",
+    "Config",
+    "ConfigError",
+    "ConfigOption",
+    "ExplainResult",
+    "MinCapacityResult",
+    "ReplayResult",
+    "TraceError",
+    "TuneResult",
+    "__version__",
+    "capture",
+    "compare",
+    "convert",
+    "explain",
+    "min_capacity",
+    "parse_config",
+    "recording",
+    "replay",
+    "tune",
+]

@@ -3,8 +3,12 @@
 //! commands and the same output. Each subcommand lives in its own module under `cmd/` and
 //! calls library functions; errors are printed once, here.
 
-mod args;
-mod cmd;
+// Public for the Python package's API (`crates/python`), which calls the same glue so that its
+// results are the CLI's; not a stable Rust interface.
+#[doc(hidden)]
+pub mod args;
+#[doc(hidden)]
+pub mod cmd;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

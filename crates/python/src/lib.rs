@@ -8,6 +8,8 @@
 //!   `cachalot_free`, …), so `torch.cuda.memory.CUDAPluggableAllocator(cachalot._native.__file__,
 //!   "cachalot_malloc", "cachalot_free")` needs no second library.
 
+mod api;
+
 use pyo3::prelude::*;
 
 // Linked for its exported C functions, which nothing in Rust calls.
@@ -51,5 +53,16 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(cli_subcommands, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(api::replay, m)?)?;
+    m.add_function(wrap_pyfunction!(api::tune, m)?)?;
+    m.add_function(wrap_pyfunction!(api::compare, m)?)?;
+    m.add_function(wrap_pyfunction!(api::explain, m)?)?;
+    m.add_function(wrap_pyfunction!(api::convert, m)?)?;
+    m.add_function(wrap_pyfunction!(api::parse_config, m)?)?;
+    m.add_function(wrap_pyfunction!(api::parse_size, m)?)?;
+    let py = m.py();
+    m.add("CachalotError", py.get_type::<api::CachalotError>())?;
+    m.add("ConfigError", py.get_type::<api::ConfigError>())?;
+    m.add("TraceError", py.get_type::<api::TraceError>())?;
     Ok(())
 }

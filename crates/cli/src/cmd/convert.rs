@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use cachalot_replay::input::InputKind;
-use cachalot_replay::{LoadOptions, TraceOp, load_input};
+use cachalot_replay::{LoadOptions, LoadedInput, TraceOp, load_input};
 use cachalot_torchfmt::{EventKind, ReplayEvent, write_rmm_csv};
 
 /// Arguments of `cachalot convert`.
@@ -34,7 +34,24 @@ pub fn run(a: Args) -> Result<ExitCode> {
             ..LoadOptions::default()
         },
     )?;
-    let events: Vec<ReplayEvent> = match &input.kind {
+    let events = rmm_events(&input);
+    if let Some(note) = input.note() {
+        eprintln!("cachalot: {note}");
+    }
+    if a.output.as_os_str() == "-" {
+        write_rmm_csv(std::io::stdout().lock(), &events)?;
+    } else {
+        let f = File::create(&a.output)
+            .with_context(|| format!("cannot create {}", a.output.display()))?;
+        write_rmm_csv(BufWriter::new(f), &events)
+            .with_context(|| format!("cannot write {}", a.output.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The events to write as RMM CSV: a snapshot's as recorded; an RMM CSV's normalized.
+pub fn rmm_events(input: &LoadedInput) -> Vec<ReplayEvent> {
+    match &input.kind {
         // A snapshot keeps its own addresses.
         InputKind::Snapshot { events, .. } => events.events.clone(),
         // An RMM CSV is normalized: the oracle's rules applied (unmatched frees dropped,
@@ -62,17 +79,5 @@ pub fn run(a: Args) -> Result<ExitCode> {
             }
             out
         }
-    };
-    if let Some(note) = input.note() {
-        eprintln!("cachalot: {note}");
     }
-    if a.output.as_os_str() == "-" {
-        write_rmm_csv(std::io::stdout().lock(), &events)?;
-    } else {
-        let f = File::create(&a.output)
-            .with_context(|| format!("cannot create {}", a.output.display()))?;
-        write_rmm_csv(BufWriter::new(f), &events)
-            .with_context(|| format!("cannot write {}", a.output.display()))?;
-    }
-    Ok(ExitCode::SUCCESS)
 }

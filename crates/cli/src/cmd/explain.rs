@@ -55,7 +55,7 @@ fn plural(n: usize) -> &'static str {
 }
 
 /// The diagnosis for people.
-fn render(d: &SnapshotDiagnosis, name: &str) -> String {
+pub fn render(d: &SnapshotDiagnosis, name: &str) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     if d.devices_with_ooms.len() > 1 || d.devices_with_ooms.iter().any(|&(dev, _)| dev != d.device)

@@ -113,7 +113,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
 }
 
 /// The charts show the best three, the default and the common advice.
-fn html_report(
+pub fn html_report(
     w: &Loaded,
     src: &text::Source,
     r: &TuneResult,

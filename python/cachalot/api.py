@@ -1,0 +1,308 @@
+"""The Python API: the same engine and the same numbers as the `cachalot` commands.
+
+Every function takes a trace as a path (RMM CSV, torch snapshot pickle or JSON, plain or gzip),
+or the dict `torch.cuda.memory._snapshot()` returns, or None for the bundled GPT-2 trace.
+The work runs in the native module with the GIL released. Results are dataclasses with the
+numbers the CLI prints (`data`: what `--json` prints), `to_dict()`, the CLI's text as `str()`,
+and `_repr_html_` for Jupyter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import os
+import pickle
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from cachalot import _native
+from cachalot._native import CachalotError, ConfigError, TraceError
+
+Trace = Union[str, "os.PathLike[str]", dict, None]
+Size = Union[int, str]
+
+__all__ = [
+    "CachalotError",
+    "CompareResult",
+    "Config",
+    "ConfigError",
+    "ConfigOption",
+    "ExplainResult",
+    "MinCapacityResult",
+    "ReplayResult",
+    "TraceError",
+    "TuneResult",
+    "compare",
+    "convert",
+    "explain",
+    "min_capacity",
+    "parse_config",
+    "replay",
+    "tune",
+]
+
+
+@contextlib.contextmanager
+def _path(trace: Trace) -> Iterator[str | None]:
+    """A path for `trace`: itself, or a temporary pickle of a snapshot dict."""
+    if trace is None:
+        yield None
+    elif isinstance(trace, dict):
+        if "segments" not in trace or "device_traces" not in trace:
+            raise TraceError(
+                "a snapshot dict needs 'segments' and 'device_traces' (what "
+                f"torch.cuda.memory._snapshot() returns); got keys {sorted(trace)[:8]}"
+            )
+        fd, tmp = tempfile.mkstemp(prefix="cachalot-snapshot-", suffix=".pickle")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(trace, f)
+            yield tmp
+        finally:
+            os.unlink(tmp)
+    else:
+        yield os.fspath(trace)
+
+
+def _size(value: Size | None, what: str) -> int | None:
+    if value is None or isinstance(value, int):
+        if isinstance(value, int) and value < 0:
+            raise ValueError(f"{what}={value}: a size is not negative")
+        return value
+    try:
+        return _native.parse_size(str(value))
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None
+
+
+def _costs(cost: dict[str, float] | None) -> list[str]:
+    return [f"{k}={v}" for k, v in (cost or {}).items()]
+
+
+@dataclass
+class _Result:
+    data: dict[str, Any]
+    text: str = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The numbers, as `cachalot ... --json` prints them."""
+        return json.loads(json.dumps(self.data))
+
+    def __str__(self) -> str:
+        return self.text
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{html.escape(self.text)}</pre>"
+
+
+@dataclass
+class ReplayResult(_Result):
+    """`cachalot replay`: the statistics at the end, peaks, OOMs, device calls."""
+
+    exit_status: int = 0
+
+    @property
+    def ooms(self) -> int:
+        return int(self.data["num_ooms"])
+
+    @property
+    def memory_stats(self) -> dict[str, int]:
+        """torch's `memory_stats()` keys at the end of the replay."""
+        return self.data["memory_stats"]
+
+
+@dataclass
+class _Advice(_Result):
+    html: str = field(default="", repr=False)
+
+    def _repr_html_(self) -> str:
+        return self.html or super()._repr_html_()
+
+
+@dataclass
+class TuneResult(_Advice):
+    """`cachalot tune`: the ranking and the configuration to set."""
+
+    @property
+    def recommended(self) -> str:
+        """The configuration to set ("" = the default)."""
+        return self.data["recommended"]
+
+    @property
+    def ranking(self) -> list[dict[str, Any]]:
+        return self.data["ranking"]
+
+
+@dataclass
+class MinCapacityResult(_Advice):
+    """`cachalot tune --min-capacity`: the smallest device the trace fits on."""
+
+    @property
+    def capacity(self) -> int:
+        return int(self.data["min_capacity"])
+
+
+@dataclass
+class CompareResult(_Advice):
+    """`cachalot compare`: one row per configuration."""
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.data["rows"]
+
+
+@dataclass
+class ExplainResult(_Result):
+    """`cachalot explain`: why a snapshot ran out of memory, and what avoids it."""
+
+
+@dataclass
+class ConfigOption:
+    option: str
+    value: str
+    default: str
+    meaning: str
+
+
+@dataclass
+class Config:
+    """`cachalot config`: a configuration as torch 2.15 reads it."""
+
+    canonical: str
+    options: list[ConfigOption]
+    warnings: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "canonical": self.canonical,
+            "options": [vars(o) for o in self.options],
+            "warnings": list(self.warnings),
+        }
+
+    def __getitem__(self, option: str) -> str:
+        for o in self.options:
+            if o.option == option:
+                return o.value
+        raise KeyError(option)
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{html.escape(o.option)}</td><td>{html.escape(o.value)}</td>"
+            f"<td>{html.escape(o.default)}</td><td>{html.escape(o.meaning)}</td></tr>"
+            for o in self.options
+        )
+        return (
+            "<table><tr><th>option</th><th>value</th><th>default</th><th>meaning</th></tr>"
+            f"{rows}</table>"
+        )
+
+
+def replay(
+    trace: Trace = None,
+    *,
+    conf: str | None = None,
+    capacity: Size | None = None,
+    device: int | None = None,
+    ignore_streams: bool = False,
+    explain: bool = True,
+) -> ReplayResult:
+    """Replays `trace` through the allocator on a simulated GPU (`cachalot replay --json`)."""
+    with _path(trace) as p:
+        data, text, status = _native.replay(
+            p, conf, _size(capacity, "capacity"), device, ignore_streams, explain
+        )
+    return ReplayResult(json.loads(data), text, status)
+
+
+def tune(
+    trace: Trace = None,
+    capacity: Size | None = None,
+    *,
+    top: int = 8,
+    threads: int | None = None,
+    cost: dict[str, float] | None = None,
+    html: bool = True,
+) -> TuneResult:
+    """Which PYTORCH_CUDA_ALLOC_CONF for `trace` on a device of `capacity` (`cachalot tune`).
+    `html`: also build the HTML report (shown inline in Jupyter)."""
+    if capacity is None:
+        raise ValueError('tune needs capacity, e.g. capacity="24G" (or use min_capacity())')
+    with _path(trace) as p:
+        data, text, page = _native.tune(
+            p, _size(capacity, "capacity"), False, top, threads, _costs(cost), html
+        )
+    return TuneResult(json.loads(data), text, page)
+
+
+def min_capacity(
+    trace: Trace = None,
+    *,
+    top: int = 8,
+    threads: int | None = None,
+    cost: dict[str, float] | None = None,
+    html: bool = False,
+) -> MinCapacityResult:
+    """The smallest device `trace` fits on, and the configuration to use there
+    (`cachalot tune --min-capacity`)."""
+    with _path(trace) as p:
+        data, text, page = _native.tune(p, None, True, top, threads, _costs(cost), html)
+    return MinCapacityResult(json.loads(data), text, page)
+
+
+def compare(
+    trace: Trace = None,
+    confs: list[str] | tuple[str, ...] = (),
+    capacity: Size = "80G",
+    *,
+    min_capacity: bool = True,
+    threads: int | None = None,
+    cost: dict[str, float] | None = None,
+    html: bool = True,
+) -> CompareResult:
+    """Compares configurations on `trace` (`cachalot compare`); the default is always a row."""
+    if isinstance(confs, str):
+        confs = [confs]
+    with _path(trace) as p:
+        data, text, page = _native.compare(
+            p,
+            list(confs),
+            _size(capacity, "capacity"),
+            min_capacity,
+            threads,
+            _costs(cost),
+            html,
+        )
+    return CompareResult(json.loads(data), text, page)
+
+
+def explain(
+    snapshot: Trace,
+    *,
+    device: int | None = None,
+    capacity: Size | None = None,
+    replay: bool = True,
+) -> ExplainResult:
+    """Why the out-of-memory recorded in a torch snapshot happened (`cachalot explain`)."""
+    if snapshot is None:
+        raise TypeError("explain needs a snapshot (a path or torch.cuda.memory._snapshot())")
+    with _path(snapshot) as p:
+        data, text = _native.explain(p, device, _size(capacity, "capacity"), replay)
+    return ExplainResult(json.loads(data), text)
+
+
+def convert(trace: Trace, output: str | os.PathLike[str], *, device: int | None = None) -> int:
+    """Writes any supported input as an RMM CSV trace (`cachalot convert`); returns the
+    number of events written."""
+    with _path(trace) as p:
+        return _native.convert(p, os.fspath(output), device)
+
+
+def parse_config(conf: str | None = None, *, cachalot: str | None = None) -> Config:
+    """Parses a PYTORCH_CUDA_ALLOC_CONF string as torch 2.15 does (`cachalot config`);
+    None reads the environment. Raises ConfigError with torch's message for what torch rejects."""
+    canonical, rows, warnings = _native.parse_config(conf, cachalot)
+    return Config(canonical, [ConfigOption(*r) for r in rows], warnings)
