@@ -72,6 +72,12 @@ fn init_driver() -> Result<(), CudaInitError> {
             tried.len() - 2
         )));
     }
+    let missing = crate::driver::missing_symbols();
+    if !missing.is_empty() {
+        return Err(CudaInitError::MissingSymbols {
+            missing: missing.to_vec(),
+        });
+    }
     // Safety: cuInit takes flags (must be 0) and may be called any number of times.
     call("cuInit", || unsafe { sys::cuInit(0) })?;
     Ok(())

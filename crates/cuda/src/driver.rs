@@ -18,6 +18,72 @@ pub(crate) fn driver_present() -> bool {
     *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
 }
 
+/// Every driver entry point this crate calls (a test keeps the list complete). cudarc looks
+/// each one up on first use and panics if it is missing; [`missing_symbol`] checks them all
+/// when a device is opened instead, so a broken driver is one clear error.
+pub const SYMBOLS: &[&str] = &[
+    "cuCtxGetCurrent",
+    "cuCtxPopCurrent_v2",
+    "cuCtxPushCurrent_v2",
+    "cuCtxSynchronize",
+    "cuDeviceGet",
+    "cuDeviceGetAttribute",
+    "cuDeviceGetCount",
+    "cuDeviceGetDefaultMemPool",
+    "cuDeviceGetName",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuDevicePrimaryCtxRetain",
+    "cuEventCreate",
+    "cuEventDestroy_v2",
+    "cuEventQuery",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuGetErrorName",
+    "cuInit",
+    "cuMemAddressFree",
+    "cuMemAddressReserve",
+    "cuMemAllocFromPoolAsync",
+    "cuMemAlloc_v2",
+    "cuMemCreate",
+    "cuMemFreeAsync",
+    "cuMemFree_v2",
+    "cuMemGetAddressRange_v2",
+    "cuMemGetAllocationGranularity",
+    "cuMemGetInfo_v2",
+    "cuMemMap",
+    "cuMemPoolGetAttribute",
+    "cuMemPoolSetAttribute",
+    "cuMemPoolTrimTo",
+    "cuMemRelease",
+    "cuMemSetAccess",
+    "cuMemUnmap",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD_v2",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+];
+
+/// The entry points of [`SYMBOLS`] the loaded driver library does not export (empty: all
+/// there), checked once per process. Call only when [`driver_present`] is true.
+pub(crate) fn missing_symbols() -> &'static [&'static str] {
+    static MISSING: OnceLock<Vec<&'static str>> = OnceLock::new();
+    MISSING.get_or_init(|| {
+        // Safety: culib loads the library driver_present found (it panics only when none
+        // loads, caught below); `get` only looks a name up with dlsym, nothing is called.
+        catch_unwind(|| unsafe {
+            let lib = sys::culib();
+            SYMBOLS
+                .iter()
+                .copied()
+                .filter(|name| lib.get::<*const std::ffi::c_void>(name.as_bytes()).is_err())
+                .collect()
+        })
+        .unwrap_or_else(|_| SYMBOLS.to_vec())
+    })
+}
+
 /// The driver's name for a result code (`CUDA_ERROR_INVALID_VALUE`), or its number.
 pub(crate) fn error_name(r: CUresult) -> String {
     if !driver_present() {

@@ -59,6 +59,8 @@ mod device;
 mod driver;
 
 pub use device::{CudaDevice, device_count};
+#[doc(hidden)]
+pub use driver::SYMBOLS;
 
 use cachalot_device::DeviceError;
 
@@ -68,6 +70,16 @@ pub enum CudaInitError {
     /// `libcuda.so` is not installed or cannot be loaded.
     #[error("no CUDA driver found: {0}")]
     NoDriver(String),
+    /// The driver library lacks entry points cachalot calls (an old or incomplete driver).
+    #[error(
+        "the CUDA driver library (libcuda) does not export {}, which cachalot calls: the \
+         driver is older than CUDA 11.2 or not a complete NVIDIA driver; update the NVIDIA driver",
+        missing.join(", ")
+    )]
+    MissingSymbols {
+        /// The missing functions.
+        missing: Vec<&'static str>,
+    },
     /// The driver has fewer devices than the ordinal asked for.
     #[error("no CUDA device {ordinal}: the driver reports {count} device(s)")]
     NoSuchDevice {

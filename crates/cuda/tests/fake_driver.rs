@@ -38,26 +38,35 @@ fn cuda_device_against_a_fake_driver() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-cuda-driver");
     std::fs::create_dir_all(&dir).unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake/libcuda.c");
-    let out = Command::new("gcc")
-        .args([
-            "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o",
-        ])
-        .arg(dir.join("libcuda.so"))
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for (test, extra) in [
-        ("fake_driver_child", None),
-        ("fake_driver_without_device", Some("1")),
+    let broken = dir.join("without-name");
+    std::fs::create_dir_all(&broken).unwrap();
+    for (lib, define) in [
+        (dir.join("libcuda.so"), None),
+        (broken.join("libcuda.so"), Some("-DFAKE_CUDA_WITHOUT_NAME")),
+    ] {
+        let out = Command::new("gcc")
+            .args([
+                "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o",
+            ])
+            .arg(lib)
+            .args(define)
+            .arg(&src)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for (test, extra, libdir) in [
+        ("fake_driver_child", None, &dir),
+        ("fake_driver_without_device", Some("1"), &dir),
+        ("fake_driver_missing_a_symbol", None, &broken),
     ] {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-            .env("LD_LIBRARY_PATH", &dir)
+            .env("LD_LIBRARY_PATH", libdir)
             .env(CHILD, "1");
         match extra {
             Some(v) => cmd.env("FAKE_CUDA_NO_DEVICE", v),
@@ -240,4 +249,57 @@ fn fake_driver_without_device() {
         e.to_string(),
         "CUDA driver found, but cuInit failed: CUDA_ERROR_NO_DEVICE"
     );
+}
+
+/// Runs only inside the child whose fake driver lacks `cuDeviceGetName`: opening the device
+/// is one error naming the symbol (checked when opened, not a panic at the first use), and the
+/// same on every later try.
+#[test]
+fn fake_driver_missing_a_symbol() {
+    if !in_child() || std::env::var("LD_LIBRARY_PATH").is_ok_and(|p| !p.ends_with("without-name")) {
+        return;
+    }
+    for _ in 0..2 {
+        let e = CudaDevice::new(0)
+            .err()
+            .expect("a driver without cuDeviceGetName fails");
+        assert_eq!(
+            e,
+            CudaInitError::MissingSymbols {
+                missing: vec!["cuDeviceGetName"]
+            }
+        );
+        assert!(
+            e.to_string().contains("does not export cuDeviceGetName"),
+            "{e}"
+        );
+    }
+    assert!(matches!(
+        device_count(),
+        Err(CudaInitError::MissingSymbols { .. })
+    ));
+}
+
+/// `SYMBOLS` lists every driver function the crate calls, so the open-time check is complete.
+#[test]
+fn every_driver_call_is_checked_at_open() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut called = std::collections::BTreeSet::new();
+    for f in std::fs::read_dir(src).unwrap() {
+        let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
+        for (i, _) in text.match_indices("sys::cu") {
+            let name: String = text[i + 5..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if name != "culib" {
+                called.insert(name); // culib() is cudarc's loader, not a driver function
+            }
+        }
+    }
+    let listed: std::collections::BTreeSet<String> = cachalot_cuda::SYMBOLS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(called, listed);
 }

@@ -1,0 +1,214 @@
+"""cachalot as PyTorch's CUDA allocator, and torch's memory tools read from it.
+
+    import cachalot.torch
+    cachalot.torch.use("expandable_segments:True")    # before the first CUDA allocation
+    ...                                               # your PyTorch code, unchanged
+    cachalot.torch.memory_stats()                     # torch's keys, from cachalot
+
+Under a pluggable allocator torch's own `torch.cuda.memory_stats()` and friends raise
+("CUDAPluggableAllocator does not yet support ..."); the functions here have their
+signatures and results. The allocator is the C interface of cachalot's native module (the same
+shared object as the rest of the package). Out-of-memory raises `torch.OutOfMemoryError` with
+torch's message, as with torch's own allocator.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import json
+import os
+import pickle
+import sys
+import tempfile
+import threading
+from typing import Any
+
+import torch as _torch
+
+from cachalot import _native
+
+__all__ = [
+    "dump_snapshot",
+    "is_used",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_snapshot",
+    "memory_stats",
+    "memory_summary",
+    "record_memory_history",
+    "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
+    "snapshot",
+    "use",
+]
+
+_lock = threading.Lock()
+_used: dict[str, Any] = {}
+_DEVICES = ("cuda", "sim")
+
+
+def _library() -> ctypes.CDLL:
+    lib = ctypes.CDLL(_native.__file__)  # the handle Python already holds
+    for name in ("cachalot_memory_stats_json", "cachalot_memory_summary"):
+        getattr(lib, name).restype = ctypes.c_char_p
+        getattr(lib, name).argtypes = [ctypes.c_int]
+    lib.cachalot_dump_snapshot.restype = ctypes.c_int
+    lib.cachalot_dump_snapshot.argtypes = [ctypes.c_char_p]
+    lib.cachalot_record_history.restype = ctypes.c_int
+    lib.cachalot_record_history.argtypes = [ctypes.c_size_t]
+    lib.cachalot_last_error.restype = ctypes.c_char_p
+    lib.cachalot_backend.restype = ctypes.c_char_p
+    for name in ("cachalot_reset_peak_stats", "cachalot_reset_accumulated_stats"):
+        getattr(lib, name).argtypes = [ctypes.c_int]
+        getattr(lib, name).restype = None
+    return lib
+
+
+_lib = _library()
+
+
+def _error() -> str:
+    return (_lib.cachalot_last_error() or b"").decode(errors="replace")
+
+
+def use(conf: str | None = None, device: str = "cuda") -> None:
+    """Makes cachalot PyTorch's CUDA allocator. Call it before the first CUDA allocation.
+
+    conf: a PYTORCH_CUDA_ALLOC_CONF string (None: the environment, read as torch reads it).
+    device: "cuda" (the GPUs, through the CUDA driver) or "sim" (cachalot's simulated GPU;
+    its size from CACHALOT_SIM_CAPACITY, e.g. "80G"; for tests without a GPU).
+    A bad configuration raises here (cachalot.ConfigError); a driver that cannot be used
+    raises at the first allocation, with the reason."""
+    if device not in _DEVICES:
+        raise ValueError(f"device={device!r}: expected one of {', '.join(_DEVICES)}")
+    with _lock:
+        if _used:
+            if _used == {"conf": conf, "device": device}:
+                return
+            raise RuntimeError(
+                f"cachalot.torch.use() was already called with {_used}; the allocator cannot "
+                "change once in use"
+            )
+        if _torch.cuda.is_initialized():
+            raise RuntimeError(
+                "cachalot.torch.use() must be called before the first CUDA allocation: CUDA is "
+                "already initialized in this process, and torch cannot swap an allocator that "
+                "is in use. Call it at the start of the program (or use `cachalot record`)."
+            )
+        if conf is not None:
+            # Checked now, with torch's message for what torch rejects.
+            _native.parse_config(conf)
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = conf
+        os.environ["CACHALOT_DEVICE"] = device
+        path = _native.__file__
+        alloc = _torch.cuda.memory.CUDAPluggableAllocator(path, "cachalot_malloc", "cachalot_free")
+        hooks = alloc.allocator()
+        for setter, fn in [
+            ("set_init_fn", "cachalot_init"),
+            ("set_reset_fn", "cachalot_reset"),
+            ("set_memory_fraction_fn", "cachalot_set_memory_fraction"),
+            ("set_record_stream_fn", "cachalot_record_stream"),
+        ]:
+            getattr(hooks, setter)(ctypes.cast(getattr(_lib, fn), ctypes.c_void_p).value)
+        _torch.cuda.memory.change_current_allocator(alloc)
+        # Starts the library now, so that a bad environment is reported here, once.
+        if _lib.cachalot_backend() is None:
+            raise RuntimeError(f"cachalot could not start: {_error()}")
+        _used.update(conf=conf, device=device)
+
+
+def is_used() -> bool:
+    """Whether `use()` made cachalot PyTorch's allocator in this process."""
+    return bool(_used)
+
+
+def _index(device: Any = None) -> int:
+    if device is None:
+        return _torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    d = _torch.device(device)
+    if d.type != "cuda":
+        raise ValueError(f"Expected a cuda device, but got: {d}")
+    return _torch.cuda.current_device() if d.index is None else d.index
+
+
+def memory_stats(device: Any = None) -> dict[str, Any]:
+    """`torch.cuda.memory_stats(device)`: the flat keys, sorted, as an OrderedDict."""
+    raw = _lib.cachalot_memory_stats_json(_index(device))
+    if raw is None:
+        raise RuntimeError(_error())
+    return collections.OrderedDict(sorted(json.loads(raw).items()))
+
+
+def memory_allocated(device: Any = None) -> int:
+    return memory_stats(device).get("allocated_bytes.all.current", 0)
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    return memory_stats(device).get("allocated_bytes.all.peak", 0)
+
+
+def memory_reserved(device: Any = None) -> int:
+    return memory_stats(device).get("reserved_bytes.all.current", 0)
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    return memory_stats(device).get("reserved_bytes.all.peak", 0)
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    _lib.cachalot_reset_peak_stats(_index(device))
+
+
+def reset_accumulated_memory_stats(device: Any = None) -> None:
+    _lib.cachalot_reset_accumulated_stats(_index(device))
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    """`torch.cuda.memory_summary(device)`: torch's table (always the full one)."""
+    raw = _lib.cachalot_memory_summary(_index(device))
+    if raw is None:
+        raise RuntimeError(_error())
+    return raw.decode()
+
+
+def record_memory_history(
+    enabled: str | None = "all",
+    context: str | None = "all",
+    stacks: str = "all",
+    max_entries: int = sys.maxsize,
+    device: Any = None,
+) -> None:
+    """`torch.cuda.memory._record_memory_history`: history on every device (cachalot keeps
+    no stack traces: `context` and `stacks` are accepted and not used); None stops it."""
+    entries = 0 if enabled is None else min(max_entries, 2**63 - 1)
+    if _lib.cachalot_record_history(entries) != 0:
+        raise RuntimeError(_error())
+
+
+def dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+    """`torch.cuda.memory._dump_snapshot(filename)`: a pickle memory_viz opens."""
+    rc = _lib.cachalot_dump_snapshot(os.fsencode(filename))
+    if rc != 0:
+        raise RuntimeError(_error())
+
+
+def snapshot() -> dict[str, Any]:
+    """`torch.cuda.memory._snapshot()`: segments and history of every device."""
+    fd, tmp = tempfile.mkstemp(prefix="cachalot-", suffix=".pickle")
+    os.close(fd)
+    try:
+        dump_snapshot(tmp)
+        with open(tmp, "rb") as f:
+            return pickle.load(f)
+    finally:
+        os.unlink(tmp)
+
+
+def memory_snapshot() -> list[dict[str, Any]]:
+    """`torch.cuda.memory_snapshot()`: the segments."""
+    return snapshot()["segments"]
