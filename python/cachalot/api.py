@@ -68,6 +68,15 @@ def _path(trace: Trace) -> Iterator[str | None]:
         yield os.fspath(trace)
 
 
+@contextlib.contextmanager
+def _paths(traces: Trace | list[Trace]) -> Iterator[list[str]]:
+    """Paths for one trace or a list of them (the ranks of one job); [] for the bundled one."""
+    items = traces if isinstance(traces, (list, tuple)) else [traces]
+    with contextlib.ExitStack() as stack:
+        paths = [stack.enter_context(_path(t)) for t in items]
+        yield [p for p in paths if p is not None]
+
+
 def _size(value: Size | None, what: str) -> int | None:
     if value is None or isinstance(value, int):
         if isinstance(value, int) and value < 0:
@@ -128,9 +137,18 @@ class TuneResult(_Advice):
     """`cachalot tune`: the ranking and the configuration to set."""
 
     @property
-    def recommended(self) -> str:
-        """The configuration to set ("" = the default)."""
+    def recommended(self) -> str | None:
+        """The configuration to set ("" = the default); None when nothing tried fits."""
         return self.data["recommended"]
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.data["fits"])
+
+    @property
+    def best(self) -> str:
+        """The best configuration tried, whether or not it fits."""
+        return self.data["best"]
 
     @property
     def ranking(self) -> list[dict[str, Any]]:
@@ -219,62 +237,87 @@ def replay(
 
 
 def tune(
-    trace: Trace = None,
+    traces: Trace | list[Trace] = None,
     capacity: Size | None = None,
     *,
+    gpu: str | None = None,
+    headroom: Size | None = None,
+    device: int | None = None,
+    all_devices: bool = False,
     top: int = 8,
     threads: int | None = None,
     cost: dict[str, float] | None = None,
     html: bool = True,
 ) -> TuneResult:
-    """Which PYTORCH_CUDA_ALLOC_CONF for `trace` on a device of `capacity` (`cachalot tune`).
+    """Which PYTORCH_CUDA_ALLOC_CONF for `traces` on a device of `capacity` (`cachalot tune`).
+    `gpu`: a GPU name instead of a capacity; without either, a snapshot's recorded capacity.
     `html`: also build the HTML report (shown inline in Jupyter)."""
-    if capacity is None:
-        raise ValueError('tune needs capacity, e.g. capacity="24G" (or use min_capacity())')
-    with _path(trace) as p:
+    with _paths(traces) as ps:
         data, text, page = _native.tune(
-            p, _size(capacity, "capacity"), False, top, threads, _costs(cost), html
+            ps,
+            _size(capacity, "capacity"),
+            False,
+            top,
+            threads,
+            _costs(cost),
+            html,
+            gpu,
+            _size(headroom, "headroom"),
+            device,
+            all_devices,
         )
     return TuneResult(json.loads(data), text, page)
 
 
 def min_capacity(
-    trace: Trace = None,
+    traces: Trace | list[Trace] = None,
     *,
+    device: int | None = None,
+    all_devices: bool = False,
     top: int = 8,
     threads: int | None = None,
     cost: dict[str, float] | None = None,
     html: bool = False,
 ) -> MinCapacityResult:
-    """The smallest device `trace` fits on, and the configuration to use there
+    """The smallest device `traces` fit on, and the configuration to use there
     (`cachalot tune --min-capacity`)."""
-    with _path(trace) as p:
-        data, text, page = _native.tune(p, None, True, top, threads, _costs(cost), html)
+    with _paths(traces) as ps:
+        data, text, page = _native.tune(
+            ps, None, True, top, threads, _costs(cost), html, None, None, device, all_devices
+        )
     return MinCapacityResult(json.loads(data), text, page)
 
 
 def compare(
-    trace: Trace = None,
+    traces: Trace | list[Trace] = None,
     confs: list[str] | tuple[str, ...] = (),
-    capacity: Size = "80G",
+    capacity: Size | None = None,
     *,
+    gpu: str | None = None,
+    headroom: Size | None = None,
+    device: int | None = None,
+    all_devices: bool = False,
     min_capacity: bool = True,
     threads: int | None = None,
     cost: dict[str, float] | None = None,
     html: bool = True,
 ) -> CompareResult:
-    """Compares configurations on `trace` (`cachalot compare`); the default is always a row."""
+    """Compares configurations on `traces` (`cachalot compare`); the default is always a row."""
     if isinstance(confs, str):
         confs = [confs]
-    with _path(trace) as p:
+    with _paths(traces) as ps:
         data, text, page = _native.compare(
-            p,
+            ps,
             list(confs),
             _size(capacity, "capacity"),
             min_capacity,
             threads,
             _costs(cost),
             html,
+            gpu,
+            _size(headroom, "headroom"),
+            device,
+            all_devices,
         )
     return CompareResult(json.loads(data), text, page)
 

@@ -38,7 +38,7 @@ def test_tune_gives_the_cli_numbers():
     r = cachalot.tune(SMALL, capacity="2G", html=False)
     assert isinstance(r, cachalot.TuneResult)
     assert r.to_dict() == cli_json("tune", str(SMALL), "--capacity", "2G", "-q")
-    assert r.recommended == r.data["recommended"]
+    assert r.recommended == (r.best if r.fits else None)
     assert str(r) == cli_out("tune", str(SMALL), "--capacity", "2G", "-q")
 
 
@@ -46,7 +46,7 @@ def test_tune_html_report_for_jupyter():
     r = cachalot.tune(SMALL, capacity="2G")
     page = r._repr_html_()
     assert page.lstrip().lower().startswith("<!doctype html") or "<html" in page[:200].lower()
-    assert r.recommended.split(",")[0] in page
+    assert r.best.split(",")[0] in page
 
 
 def test_min_capacity_and_compare_give_the_cli_numbers():

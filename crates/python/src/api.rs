@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use cachalot_advisor::{CompareOptions, CostModel, TuneOptions, html, record_timelines, text};
+use cachalot_advisor::{CompareOptions, TuneOptions, html, record_timelines, text};
 use cachalot_cli::cmd;
 use cachalot_core::config::ConfigError as RustConfigError;
 use cachalot_replay::report::{ReportMeta, report_json, summary_text};
@@ -57,14 +57,6 @@ fn is_advisor_config(c: &(dyn std::error::Error + 'static)) -> bool {
 /// Runs `f` without the GIL and converts its error.
 fn detached<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T> + Send) -> PyResult<T> {
     py.detach(f).map_err(to_py)
-}
-
-fn cost_model(costs: &[String]) -> Result<CostModel> {
-    let mut m = CostModel::default();
-    for c in costs {
-        m.apply_override(c)?;
-    }
-    Ok(m)
 }
 
 fn json_string(v: &serde_json::Value) -> Result<String> {
@@ -144,58 +136,90 @@ fn html_via(write: impl FnOnce(&Path) -> Result<()>) -> Result<String> {
     result
 }
 
+/// The options `tune` and `compare` share, as the CLI's own argument struct (so that loading,
+/// the capacity rules and the cost model are the CLI's).
+#[allow(clippy::too_many_arguments)]
+fn advisor_args(
+    device: Option<u32>,
+    all_devices: bool,
+    gpu: Option<String>,
+    headroom: Option<u64>,
+    threads: Option<usize>,
+    costs: Vec<String>,
+) -> cmd::tune::AdvisorArgs {
+    cmd::tune::AdvisorArgs {
+        device,
+        all_devices,
+        gpu,
+        headroom,
+        json: false,
+        html: None,
+        cost_model: None,
+        costs,
+        threads,
+        quiet: true,
+    }
+}
+
 /// `cachalot tune` (`min_capacity=True`: `--min-capacity`): (JSON, text, HTML or "").
 #[pyfunction]
-#[pyo3(signature = (trace=None, capacity=None, min_capacity=false, top=8, threads=None, costs=vec![], html=false))]
+#[pyo3(signature = (traces, capacity=None, min_capacity=false, top=8, threads=None, costs=vec![], html=false, gpu=None, headroom=None, device=None, all_devices=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn tune(
     py: Python<'_>,
-    trace: Option<PathBuf>,
+    traces: Vec<PathBuf>,
     capacity: Option<u64>,
     min_capacity: bool,
     top: usize,
     threads: Option<usize>,
     costs: Vec<String>,
     html: bool,
+    gpu: Option<String>,
+    headroom: Option<u64>,
+    device: Option<u32>,
+    all_devices: bool,
 ) -> PyResult<(String, String, String)> {
     detached(py, move || {
-        let (trace, name) = cachalot_cli::args::load_trace(trace.as_deref())?;
-        if threads == Some(0) {
-            bail!("invalid threads=0: need at least one thread");
-        }
+        let args = advisor_args(device, all_devices, gpu, headroom, threads, costs);
+        let w = args.load(&traces)?;
+        let cost = args.cost_model()?;
+        let mut src = w.source.clone();
+        let capacity = if min_capacity {
+            0
+        } else {
+            let (c, note) = args.capacity(capacity, &w)?;
+            src.capacity_note = note;
+            c
+        };
         let opts = TuneOptions {
-            capacity: capacity.unwrap_or(0),
-            cost: cost_model(&costs)?,
+            capacity,
+            cost,
             threads,
             top: top.max(1),
             progress: None,
+            own: w.own_candidate()?,
         };
         if min_capacity {
-            let r = cachalot_advisor::min_capacity(&trace, &opts)?;
+            let r = cachalot_advisor::min_capacity(&w.traces, &opts)?;
             let page = match (&r.tune, html) {
-                (Some(t), true) => {
-                    html_via(|p| cmd::tune::html_report(&trace, &name, t, &opts, p).map(|_| ()))?
-                }
+                (Some(t), true) => html_via(|p| cmd::tune::html_report(&w, &src, t, &opts, p))?,
                 _ => String::new(),
             };
             return Ok((
                 json_string(&text::min_capacity_json(&r))?,
-                text::min_capacity_text(&r, &name, trace.ops.len()),
+                text::min_capacity_text(&r, &src),
                 page,
             ));
         }
-        if opts.capacity == 0 {
-            bail!("tune needs capacity (e.g. capacity=\"24G\"), or min_capacity=True");
-        }
-        let r = cachalot_advisor::tune(&trace, &opts)?;
+        let r = cachalot_advisor::tune(&w.traces, &opts)?;
         let page = if html {
-            html_via(|p| cmd::tune::html_report(&trace, &name, &r, &opts, p).map(|_| ()))?
+            html_via(|p| cmd::tune::html_report(&w, &src, &r, &opts, p))?
         } else {
             String::new()
         };
         Ok((
             json_string(&text::tune_json(&r))?,
-            text::tune_text(&r, &name, trace.ops.len()),
+            text::tune_text(&r, &src),
             page,
         ))
     })
@@ -203,40 +227,54 @@ pub fn tune(
 
 /// `cachalot compare`: (JSON, text, HTML or "").
 #[pyfunction]
-#[pyo3(signature = (trace, confs, capacity, min_capacity=true, threads=None, costs=vec![], html=false))]
+#[pyo3(signature = (traces, confs, capacity=None, min_capacity=true, threads=None, costs=vec![], html=false, gpu=None, headroom=None, device=None, all_devices=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn compare(
     py: Python<'_>,
-    trace: Option<PathBuf>,
+    traces: Vec<PathBuf>,
     confs: Vec<String>,
-    capacity: u64,
+    capacity: Option<u64>,
     min_capacity: bool,
     threads: Option<usize>,
     costs: Vec<String>,
     html: bool,
+    gpu: Option<String>,
+    headroom: Option<u64>,
+    device: Option<u32>,
+    all_devices: bool,
 ) -> PyResult<(String, String, String)> {
     detached(py, move || {
         cachalot_advisor::compare::candidates(&confs)?;
-        let (trace, name) = cachalot_cli::args::load_trace(trace.as_deref())?;
+        let args = advisor_args(device, all_devices, gpu, headroom, threads, costs);
+        let w = args.load(&traces)?;
+        let mut src = w.source.clone();
+        // As the CLI: 80G where neither a capacity, a GPU nor a recorded capacity says.
+        let given = match (capacity, &args.gpu, w.recorded_capacity()) {
+            (None, None, None) => Some(80 << 30),
+            (given, _, _) => given,
+        };
+        let (capacity, note) = args.capacity(given, &w)?;
+        src.capacity_note = note;
         let opts = CompareOptions {
             capacity,
-            cost: cost_model(&costs)?,
+            cost: args.cost_model()?,
             threads,
             min_capacity,
             progress: None,
+            own: w.own_candidate()?.map(|c| c.label),
         };
-        let r = cachalot_advisor::compare(&trace, &confs, &opts)?;
+        let r = cachalot_advisor::compare(&w.traces, &confs, &opts)?;
         let page = if html {
             let cands: Vec<_> = r.rows.iter().map(|row| row.candidate.clone()).collect();
-            let timelines = record_timelines(&trace, &cands, capacity, &opts.cost, threads)
+            let timelines = record_timelines(&w.traces[0], &cands, capacity, &opts.cost, threads)
                 .context("recording the timelines for the HTML report")?;
-            html::compare_page(&r, &name, &timelines)
+            html::compare_page(&r, &src, &timelines)
         } else {
             String::new()
         };
         Ok((
             json_string(&text::compare_json(&r))?,
-            text::compare_text(&r, &name, trace.ops.len()),
+            text::compare_text(&r, &src),
             page,
         ))
     })
