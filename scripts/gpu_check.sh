@@ -14,6 +14,11 @@
 #   4. scripts/gpu_train.py twice per configuration, same PYTORCH_CUDA_ALLOC_CONF: torch's
 #      allocator, then cachalot's library through torch.cuda.memory.CUDAPluggableAllocator
 #   5. a table: peak reserved, device allocations, step time and final loss for both
+#   6. the Python package (from the bundle, the checkout, or built with maturin): an OOM under
+#      cachalot.torch raises torch.OutOfMemoryError with torch's message and the next
+#      allocation works (scripts/gpu_python_check.py oom, beside native-oom); `cachalot
+#      record` on a short training run writes a snapshot and prints a `cachalot tune` command
+#      that runs
 #
 # Where the binaries come from: $CACHALOT_BUNDLE (or target/gpu-bundle) if it holds them,
 # else `cargo` builds them here (release; about a minute on 16 cores).
@@ -57,6 +62,13 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
         print(m["executable"])') || exit 1
+  # The Python package, unpacked (PYTHONPATH=$DEST/python): needs maturin (scripts/python_env.sh).
+  MATURIN="${MATURIN:-$HOME/.cache/cachalot-torch/bin/maturin}"
+  if [[ -x "$MATURIN" ]] && "$MATURIN" build --release -o "$DEST/wheels"; then
+    rm -rf "$DEST/python" && "$PY" -m zipfile -e "$(ls -t "$DEST"/wheels/cachalot-*.whl | head -n 1)" "$DEST/python"
+  else
+    say "no maturin at $MATURIN: the bundle has no Python package (step 6 will build or skip)"
+  fi
   cp target/release/libcachalot_capi.so "$DEST/"
   cp target/release/examples/training_loop "$DEST/"
   cp "$tests_bin" "$DEST/cuda-gpu-tests"
@@ -208,6 +220,41 @@ EOF
   (( $? == 0 )) || fail "the final losses differ between the allocators"
 else
   note "PyTorch comparison not run (see above)"
+fi
+
+# --- 6. the Python package: OOM raises, record -----------------------------------------------
+PYPKG=""
+if [[ -d "$BUNDLE/python/cachalot" ]]; then
+  PYPKG="$BUNDLE/python"
+elif [[ -f "$ROOT/python/cachalot/_native.abi3.so" ]]; then
+  PYPKG="$ROOT/python"
+elif command -v maturin >/dev/null && command -v cargo >/dev/null; then
+  if run wheel 240 bash -c "cd '$ROOT' && maturin build --release -o target/wheels && '$PY' -m zipfile -e \$(ls -t target/wheels/cachalot-*.whl | head -n 1) target/gpu-python"; then
+    PYPKG="$ROOT/target/gpu-python"
+  else
+    fail "building the wheel (see $OUT/wheel.log)"
+  fi
+fi
+if (( TORCH_OK )) && [[ -n "$PYPKG" ]]; then
+  for case in native-oom oom; do
+    run "python-$case" 90 env PYTHONPATH="$PYPKG" "$PY" "$ROOT/scripts/gpu_python_check.py" "$case"; rc=$?
+    if (( rc == 0 )); then note "Python $case: $(tail -n 1 "$OUT/python-$case.log")"
+    elif (( rc != 3 )); then fail "Python $case (exit $rc): $(tail -n 3 "$OUT/python-$case.log" | tr '\n' ' ')"; fi
+  done
+  "$PY" - "$OUT/python-native-oom.log" "$OUT/python-oom.log" <<'EOF' | tee -a "$SUMMARY"
+import json, sys
+try:
+    t, c = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:])
+except Exception as e:  # a case did not finish: said above
+    print(f"OOM message comparison not possible: {e}"); sys.exit(0)
+print("OOM message (up to the device numbers) identical to torch's:", t.get("message") == c.get("message"))
+EOF
+  mkdir -p "$OUT/record"
+  run python-record 150 env PYTHONPATH="$PYPKG" "$PY" "$ROOT/scripts/gpu_python_check.py" record "$OUT/record"; rc=$?
+  if (( rc == 0 )); then note "cachalot record: $(tail -n 1 "$OUT/python-record.log")"
+  elif (( rc != 3 )); then fail "cachalot record (exit $rc): $(tail -n 3 "$OUT/python-record.log" | tr '\n' ' ')"; fi
+else
+  note "Python package checks not run (no usable torch, or no package: run --prepare with maturin)"
 fi
 
 note "results: $RESULTS; logs: $OUT; total $((SECONDS - START))s"
