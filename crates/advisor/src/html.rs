@@ -18,7 +18,9 @@ const SEG_H: f64 = 110.0;
 const LEFT: f64 = 70.0;
 const RIGHT: f64 = 10.0;
 const TOP: f64 = 12.0;
-const BOTTOM: f64 = 22.0;
+const BOTTOM: f64 = 34.0;
+/// Marks closer than this many pixels to the previous one are merged into it.
+const MARK_GAP: f64 = 3.0;
 
 /// Escapes text for HTML element content and attribute values.
 pub fn esc(s: &str) -> String {
@@ -61,8 +63,9 @@ pub struct Page<'a> {
 const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#222;max-width:960px}\
 h1{font-size:20px}h2{font-size:15px;margin:18px 0 4px;font-family:ui-monospace,monospace}\
 table{border-collapse:collapse;font-size:13px}th,td{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right;white-space:nowrap}\
-td:last-child,th:last-child{text-align:left;font-family:ui-monospace,monospace;white-space:normal;overflow-wrap:anywhere;min-width:18em}\
-tr.best td{background:#eef7ee;font-weight:600}code{background:#f3f3f3;padding:2px 5px;display:inline-block;line-height:1.6;overflow-wrap:anywhere}\
+td:last-child,th:last-child{text-align:left;font-family:ui-monospace,monospace;white-space:nowrap}\
+.scroll{overflow-x:auto}\
+tr.best td{background:#eef7ee;font-weight:600}code{background:#f3f3f3;padding:2px 5px;display:inline-block;line-height:1.6;white-space:nowrap;max-width:100%;overflow-x:auto}\
 .rec{font-size:15px;margin:12px 0}.legend span{margin-right:14px;font-size:12px}\
 .sw{display:inline-block;width:18px;height:3px;vertical-align:middle;margin-right:4px}\
 svg{display:block;margin:2px 0}svg text{font-size:11px;fill:#555}\
@@ -92,7 +95,7 @@ pub fn render(p: &Page) -> String {
             let _ = writeln!(o, "<p>{}</p>", esc(s));
         }
     }
-    o.push_str("<table class=\"ranking\">\n<thead><tr>");
+    o.push_str("<div class=\"scroll\"><table class=\"ranking\">\n<thead><tr>");
     for h in &p.header {
         let _ = write!(o, "<th>{}</th>", esc(h));
     }
@@ -109,7 +112,7 @@ pub fn render(p: &Page) -> String {
         }
         o.push_str("</tr>\n");
     }
-    o.push_str("</tbody>\n</table>\n");
+    o.push_str("</tbody>\n</table></div>\n");
     o.push_str(
         "<p class=\"legend\"><span><i class=\"sw\" style=\"background:#1f77b4\"></i>allocated</span>\
          <span><i class=\"sw\" style=\"background:#ff7f0e\"></i>reserved</span>\
@@ -171,10 +174,57 @@ fn path(t: &Timeline, max: u64, h: f64, f: impl Fn(&crate::TimePoint) -> u64) ->
     d
 }
 
-fn axes(o: &mut String, max: u64, h: f64, events: usize, fmt: &dyn Fn(u64) -> String) {
-    for i in 0..=4u64 {
-        let v = max * i / 4;
-        let y = y_of(v, max, h);
+/// A round step (1, 2 or 5 times a power of ten) giving about `n` steps up to `max`.
+pub fn nice_step(max: f64, n: f64) -> f64 {
+    if max <= 0.0 || !max.is_finite() {
+        return 1.0;
+    }
+    let raw = max / n;
+    let mag = 10f64.powf(raw.log10().floor());
+    let f = raw / mag;
+    let m = if f <= 1.0 {
+        1.0
+    } else if f <= 2.0 {
+        2.0
+    } else if f <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    m * mag
+}
+
+/// Ticks of the memory axis: round numbers of MiB or GiB, with their labels.
+fn memory_ticks(max: u64) -> Vec<(u64, String)> {
+    let (unit, name) = if max >= 2 << 30 {
+        ((1u64 << 30) as f64, "GiB")
+    } else {
+        ((1u64 << 20) as f64, "MiB")
+    };
+    let step = nice_step(max as f64 / unit, 4.0);
+    let decimals = if step >= 1.0 {
+        0
+    } else {
+        (-step.log10().floor()) as usize
+    };
+    (0..)
+        .map(|i| i as f64 * step)
+        .take_while(|v| v * unit <= max as f64)
+        .map(|v| ((v * unit) as u64, format!("{v:.decimals$} {name}")))
+        .collect()
+}
+
+/// Ticks of a count axis: round numbers.
+fn count_ticks(max: u64) -> Vec<(u64, String)> {
+    let step = nice_step(max as f64, 4.0).max(1.0) as u64;
+    (0..=max / step)
+        .map(|i| (i * step, (i * step).to_string()))
+        .collect()
+}
+
+fn axes(o: &mut String, max: u64, h: f64, events: usize, ticks: &[(u64, String)]) {
+    for (v, label) in ticks {
+        let y = y_of(*v, max, h);
         let _ = write!(
             o,
             "<line class=\"grid\" x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\"/>\
@@ -182,20 +232,46 @@ fn axes(o: &mut String, max: u64, h: f64, events: usize, fmt: &dyn Fn(u64) -> St
             W - RIGHT,
             LEFT - 4.0,
             y + 4.0,
-            esc(&fmt(v))
+            esc(label)
         );
     }
     let base = h - BOTTOM;
     let _ = write!(
         o,
-        "<line class=\"axis\" x1=\"{LEFT}\" y1=\"{base:.1}\" x2=\"{:.1}\" y2=\"{base:.1}\"/>\
-         <text x=\"{LEFT}\" y=\"{:.1}\">op 0</text>\
-         <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">op {events}</text>",
-        W - RIGHT,
-        h - 6.0,
-        W - RIGHT,
-        h - 6.0
+        "<line class=\"axis\" x1=\"{LEFT}\" y1=\"{base:.1}\" x2=\"{:.1}\" y2=\"{base:.1}\"/>",
+        W - RIGHT
     );
+    let step = nice_step(events as f64, 6.0).max(1.0) as usize;
+    for i in 0..=events / step {
+        let op = i * step;
+        let x = x_of(op, events);
+        let _ = write!(
+            o,
+            "<line class=\"axis\" x1=\"{x:.1}\" y1=\"{base:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\"/>\
+             <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{op}</text>",
+            base + 4.0,
+            base + 15.0
+        );
+    }
+    let _ = write!(
+        o,
+        "<text class=\"xlabel\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">event index \
+         (allocations and frees, in trace order)</text>",
+        (LEFT + W - RIGHT) / 2.0,
+        h - 3.0
+    );
+}
+
+/// The x positions of marks at `ops`, merging those closer than [`MARK_GAP`] pixels.
+fn mark_positions(ops: &[usize], events: usize) -> Vec<f64> {
+    let mut xs: Vec<f64> = Vec::new();
+    for &op in ops {
+        let x = x_of(op, events);
+        if xs.last().is_none_or(|&l| x - l >= MARK_GAP) {
+            xs.push(x);
+        }
+    }
+    xs
 }
 
 fn gib(v: u64) -> String {
@@ -214,7 +290,7 @@ fn section(o: &mut String, t: &Timeline, ymax: u64, smax: u64, cap: u64) {
     let _ = writeln!(
         o,
         "<p class=\"note\">peak allocated {}, peak reserved {}, {} OOMs, {} retries, {} device \
-         allocations, {} frees, est. {}</p>",
+         allocations, {} frees, est. {} (marks closer than 3 px are drawn as one)</p>",
         esc(&format_size(m.peak_allocated)),
         esc(&format_size(m.peak_reserved)),
         m.ooms,
@@ -228,7 +304,7 @@ fn section(o: &mut String, t: &Timeline, ymax: u64, smax: u64, cap: u64) {
         "<svg class=\"chart memory\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" \
          role=\"img\" aria-label=\"memory over the trace\">"
     );
-    axes(o, ymax, H, t.events, &gib);
+    axes(o, ymax, H, t.events, &memory_ticks(ymax));
     if cap <= ymax {
         let y = y_of(cap, ymax, H);
         let _ = write!(
@@ -248,8 +324,7 @@ fn section(o: &mut String, t: &Timeline, ymax: u64, smax: u64, cap: u64) {
         path(t, ymax, H, |p| p.allocated)
     );
     o.push_str("<g class=\"marks retries\">");
-    for &op in &t.retries {
-        let x = x_of(op, t.events);
+    for x in mark_positions(&t.retries, t.events) {
         let _ = write!(
             o,
             "<line class=\"retry\" x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{:.1}\"/>",
@@ -257,8 +332,7 @@ fn section(o: &mut String, t: &Timeline, ymax: u64, smax: u64, cap: u64) {
         );
     }
     o.push_str("</g><g class=\"marks ooms\">");
-    for &op in &t.ooms {
-        let x = x_of(op, t.events);
+    for x in mark_positions(&t.ooms, t.events) {
         let y = TOP + 16.0;
         let _ = write!(
             o,
@@ -279,7 +353,7 @@ fn section(o: &mut String, t: &Timeline, ymax: u64, smax: u64, cap: u64) {
         "<svg class=\"chart held-chart\" width=\"{W}\" height=\"{SEG_H}\" viewBox=\"0 0 {W} {SEG_H}\" \
          role=\"img\" aria-label=\"device allocations held\">"
     );
-    axes(o, smax, SEG_H, t.events, &|v| v.to_string());
+    axes(o, smax, SEG_H, t.events, &count_ticks(smax));
     let _ = write!(
         o,
         "<text x=\"{:.1}\" y=\"{:.1}\">device allocations held (cudaMalloc segments + mapped \
@@ -395,4 +469,92 @@ pub fn compare_page(
         capacity: r.capacity,
         timelines,
     })
+}
+
+/// The page for `tune --min-capacity`: the search at the smallest capacity found, and the
+/// minimum capacity of each configuration examined.
+pub fn min_capacity_page(
+    r: &crate::MinCapacityResult,
+    tuned: &TuneResult,
+    src: &crate::text::Source,
+    timelines: &[Timeline],
+) -> String {
+    let mut page = tune_page(tuned, src, timelines);
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for (i, m) in r.best.iter().enumerate() {
+        rows.push(vec![
+            (i + 1).to_string(),
+            m.capacity
+                .map(capacity)
+                .unwrap_or_else(|| "does not fit".into()),
+            m.candidate.display_name().to_string(),
+        ]);
+    }
+    for m in &r.seeds {
+        if !r
+            .best
+            .iter()
+            .any(|b| b.candidate.label == m.candidate.label)
+        {
+            rows.push(vec![
+                "-".into(),
+                m.capacity
+                    .map(capacity)
+                    .unwrap_or_else(|| "does not fit".into()),
+                m.candidate.display_name().to_string(),
+            ]);
+        }
+    }
+    let table = render_table(
+        "Minimum capacity per configuration (64 MiB steps; keep headroom beyond it)",
+        &["rank", "min capacity", "config"],
+        &rows,
+    );
+    if let Some(at) = page.find("<p class=\"legend\">") {
+        page.insert_str(at, &table);
+    }
+    page
+}
+
+fn render_table(title: &str, header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "<h2>{}</h2>", esc(title));
+    o.push_str("<div class=\"scroll\"><table class=\"min-capacity\">\n<thead><tr>");
+    for h in header {
+        let _ = write!(o, "<th>{}</th>", esc(h));
+    }
+    o.push_str("</tr></thead>\n<tbody>\n");
+    for r in rows {
+        o.push_str("<tr>");
+        for c in r {
+            let _ = write!(o, "<td>{}</td>", esc(c));
+        }
+        o.push_str("</tr>\n");
+    }
+    o.push_str("</tbody>\n</table></div>\n");
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_round() {
+        assert_eq!(nice_step(17.3, 4.0), 5.0);
+        assert_eq!(nice_step(11_940.0, 6.0), 2000.0);
+        assert_eq!(nice_step(0.9, 4.0), 0.5);
+        let t = memory_ticks(17 << 30);
+        let labels: Vec<&str> = t.iter().map(|(_, l)| l.as_str()).collect();
+        assert_eq!(labels, ["0 GiB", "5 GiB", "10 GiB", "15 GiB"]);
+        assert_eq!(memory_ticks(600 << 20)[1].1, "200 MiB");
+    }
+
+    #[test]
+    fn dense_marks_merge() {
+        let ops: Vec<usize> = (0..1000).collect();
+        let xs = mark_positions(&ops, 1000);
+        assert!(xs.len() < 300, "{}", xs.len());
+        assert!(xs.windows(2).all(|w| w[1] - w[0] >= MARK_GAP));
+    }
 }

@@ -254,3 +254,67 @@ fn replay_refuses_a_trace_without_allocations() {
     let (_, err) = text(&o);
     assert!(err.contains("no allocation events"), "{err}");
 }
+
+#[test]
+fn html_reports_say_when_nothing_fits_and_list_minimum_capacities() {
+    let dir = std::env::temp_dir().join(format!("cachalot-html-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("oom.html");
+    let o = cachalot(&[
+        "tune",
+        &fixture("snapshots/own/mlp-oom.pickle.gz"),
+        "-q",
+        "--html",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let html = std::fs::read_to_string(&page).unwrap();
+    roxmltree::Document::parse(html.trim_start_matches("<!DOCTYPE html>")).unwrap();
+    assert!(html.contains("id=\"nothing-fits\""), "{html}");
+    assert!(!html.contains("Recommended:"));
+    assert!(!html.contains("row best"));
+    assert!(html.contains("event index"));
+    let page = dir.join("min.html");
+    let o = cachalot(&[
+        "tune",
+        &fixture("snapshots/own/mlp-full.pickle.gz"),
+        "--min-capacity",
+        "-q",
+        "--html",
+        page.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let html = std::fs::read_to_string(&page).unwrap();
+    let doc = roxmltree::Document::parse(html.trim_start_matches("<!DOCTYPE html>")).unwrap();
+    assert!(html.contains("Minimum capacity per configuration"));
+    let table = doc
+        .descendants()
+        .find(|n| n.attribute("class") == Some("min-capacity"))
+        .unwrap();
+    assert!(table.descendants().filter(|n| n.has_tag_name("tr")).count() >= 3);
+    // Round ticks: every memory-axis label is a whole number of MiB here.
+    for t in doc.descendants().filter(|n| n.has_tag_name("text")) {
+        let s = t.text().unwrap_or("");
+        if let Some(v) = s.strip_suffix(" MiB") {
+            assert!(v.parse::<u64>().is_ok(), "tick '{s}'");
+        }
+    }
+}
+
+#[test]
+fn a_snapshots_oom_names_its_device_and_history_entry() {
+    let snap = fixture("snapshots/code_location_expandable_3gpu_oom.json.gz");
+    let o = cachalot(&["replay", &snap, "--device", "1"]);
+    assert_eq!(o.status.code(), Some(1));
+    let (out, _) = text(&o);
+    assert!(out.contains("GPU 1 has a total capacity"), "{out}");
+    assert!(out.contains("1 stream)"), "{out}");
+    assert!(
+        out.contains("line 289 is history entry device_traces[1][421] (oom: the failed request)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("first out-of-memory at line 289 = history entry"),
+        "{out}"
+    );
+}

@@ -47,6 +47,9 @@ impl CandidateOutcome {
 pub struct Diagnosis {
     /// The trace line of the first out-of-memory.
     pub line: u64,
+    /// What that line is for people, where "trace line" means nothing (a snapshot's history
+    /// entry); `None`: "trace line N".
+    pub line_name: Option<String>,
     /// torch's message for it.
     pub message: String,
     /// The numbers.
@@ -163,6 +166,7 @@ pub fn diagnose(
     };
     Ok(Some(Diagnosis {
         line: oom.line,
+        line_name: None,
         message: r.to_string(),
         explanation: explain_oom(&segments, request, &opts.conf),
         candidates: try_candidates(trace, opts)?,
@@ -210,7 +214,10 @@ pub fn write_candidates(f: &mut impl fmt::Write, candidates: &[CandidateOutcome]
 
 impl fmt::Display for Diagnosis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "first out-of-memory at trace line {}:", self.line)?;
+        match &self.line_name {
+            Some(name) => writeln!(f, "first out-of-memory at {name}:")?,
+            None => writeln!(f, "first out-of-memory at trace line {}:", self.line)?,
+        }
         writeln!(f, "  torch says: {}", self.message)?;
         write!(f, "{}", self.explanation)?;
         write_candidates(f, &self.candidates)
@@ -411,6 +418,7 @@ pub fn explain_snapshot(
         conf: conf.clone(),
         sim: SimConfig::with_capacity(cap),
         max_oom_reports: 1,
+        device_index: device,
         ..ReplayOptions::default()
     };
     let request = OomRequest {

@@ -40,6 +40,9 @@ pub struct ReplayOptions {
     pub history_entries: Option<usize>,
     /// Take a memory snapshot (history and segments) where the replay ends.
     pub snapshot_at_end: bool,
+    /// The device ordinal the allocator reports (torch's "GPU N" in OOM messages), e.g. the
+    /// device of a snapshot being replayed.
+    pub device_index: u32,
 }
 
 impl Default for ReplayOptions {
@@ -55,6 +58,7 @@ impl Default for ReplayOptions {
             sample_every: 0,
             history_entries: None,
             snapshot_at_end: false,
+            device_index: 0,
         }
     }
 }
@@ -230,8 +234,8 @@ fn replay_inner(
         device.enable_log();
     }
     let tag = device.tag_handle();
-    let alloc =
-        Target::new(opts.conf.clone(), device, 0).map_err(|source| ReplayError::at(0, source))?;
+    let alloc = Target::new(opts.conf.clone(), device, opts.device_index)
+        .map_err(|source| ReplayError::at(0, source))?;
     if opts.history_entries.is_some() {
         // Only the caching allocator records; the direct backends replay without a history.
         let _ = alloc.record_history(opts.history_entries);

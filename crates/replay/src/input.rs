@@ -227,6 +227,13 @@ impl LoadedInput {
         out
     }
 
+    /// What the event at trace line `line` is: for a snapshot, its history entry (a snapshot
+    /// has no lines); `None` for a CSV, whose lines are the file's.
+    pub fn describe_line(&self, line: u64) -> Option<String> {
+        let events = self.snapshot_events()?;
+        events.describe(usize::try_from(line.checked_sub(2)?).ok()?)
+    }
+
     /// [`LoadedInput::notes`] as one line, if there is anything to say.
     pub fn note(&self) -> Option<String> {
         let notes = self.notes();

@@ -254,11 +254,12 @@ pub fn summary_text(r: &ReplayReport, trace: &TraceStats, capacity: u64) -> Stri
     use std::fmt::Write as _;
     let _ = writeln!(
         out,
-        "replayed {} events ({} allocations, {} frees, {} streams) on a {} device",
+        "replayed {} events ({} allocations, {} frees, {} stream{}) on a {} device",
         r.events,
         trace.allocs,
         trace.frees,
         trace.streams + 1,
+        if trace.streams == 0 { "" } else { "s" },
         format_size(capacity)
     );
     let _ = writeln!(out, "peak allocated      {}", format_size(peak_alloc));

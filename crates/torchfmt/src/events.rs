@@ -76,6 +76,10 @@ pub struct ReplayEvents {
     pub first_oom_entry: Option<usize>,
     /// `oom` entries replayed as requests ([`EventOptions::failed_requests`]).
     pub failed_requests: u64,
+    /// For each event, the index of the history entry it comes from (`device_traces[d][i]`);
+    /// [`ReplayEvents::NOT_RECORDED`] for events the history does not hold (allocations
+    /// reconstructed before the window).
+    pub entries: Vec<u32>,
     /// Allocations put before the window ([`EventOptions::complete_window`]).
     pub reconstructed: u64,
     /// Their requested bytes.
@@ -83,6 +87,32 @@ pub struct ReplayEvents {
 }
 
 impl ReplayEvents {
+    /// [`ReplayEvents::entries`] of an event the history does not hold.
+    pub const NOT_RECORDED: u32 = u32::MAX;
+
+    /// What event `i` is in the snapshot, for people: `device_traces[d][n] (alloc)`.
+    pub fn describe(&self, i: usize) -> Option<String> {
+        let e = self.events.get(i)?;
+        let entry = *self.entries.get(i)?;
+        let what = match (e.kind, FailedRequest::from_addr(e.addr)) {
+            (EventKind::Allocate, Some(_)) => "oom: the failed request",
+            (EventKind::Free, Some(_)) => "free of a failed request (the lifetime model)",
+            (EventKind::Allocate, None) => "alloc",
+            (EventKind::Free, None) => "free_completed",
+        };
+        Some(if entry == Self::NOT_RECORDED {
+            format!(
+                "an allocation live before the history's window (reconstructed), address {:#x}",
+                e.addr
+            )
+        } else {
+            format!(
+                "history entry device_traces[{}][{entry}] ({what})",
+                self.device
+            )
+        })
+    }
+
     /// Whether the window starts mid-run (frees dropped, or memory live before it).
     pub fn starts_mid_run(&self) -> bool {
         self.dropped_frees > 0 || self.live_before_window != 0 || self.reconstructed > 0
@@ -193,6 +223,8 @@ struct Builder<'a> {
     level: u64,
     /// Failed requests not yet freed: (level when requested, id, size, stream), max-heap.
     pending: std::collections::BinaryHeap<(u64, FailedRequest, u64, u32)>,
+    /// The history entry being turned into events.
+    entry: u32,
 }
 
 impl Builder<'_> {
@@ -206,6 +238,7 @@ impl Builder<'_> {
     }
 
     fn push(&mut self, kind: EventKind, addr: u64, size: u64, stream: u32) {
+        self.out.entries.push(self.entry);
         self.out.events.push(ReplayEvent {
             kind,
             addr,
@@ -297,6 +330,7 @@ pub fn replay_events_with(
         live: FxHashMap::default(),
         level: 0,
         pending: std::collections::BinaryHeap::new(),
+        entry: ReplayEvents::NOT_RECORDED,
     };
     for &(addr, size, stream) in &before {
         b.alloc(addr, size, stream);
@@ -304,7 +338,8 @@ pub fn replay_events_with(
         b.out.reconstructed_bytes += size as u128;
     }
     let until = opts.until.unwrap_or(usize::MAX);
-    for e in trace.entries.iter().take(until) {
+    for (i, e) in trace.entries.iter().enumerate().take(until) {
+        b.entry = u32::try_from(i).unwrap_or(ReplayEvents::NOT_RECORDED);
         match e.action {
             TraceAction::Alloc => b.alloc(e.addr, e.size, e.stream),
             TraceAction::FreeCompleted => b.free(e.addr, e.size, e.stream),

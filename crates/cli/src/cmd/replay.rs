@@ -178,6 +178,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         stop_at_first_oom: a.stop_at_oom,
         history_entries: a.snapshot.is_some().then_some(a.history_entries),
         snapshot_at_end: a.snapshot.is_some(),
+        device_index: input.snapshot_events().map_or(0, |e| e.device),
         ..ReplayOptions::default()
     };
     // A fatal error (torch's `c10::Error`) still reports what happened up to it, as the oracle
@@ -236,13 +237,23 @@ pub fn run(a: Args) -> Result<ExitCode> {
         );
     }
     print!("{}", summary_text(&report, &trace.stats, capacity));
+    // A snapshot has no lines: say which history entries the lines above are.
+    let shown = report.ooms.events.iter().take(a.max_oom_messages);
+    for line in shown.map(|e| e.line) {
+        if let Some(what) = input.describe_line(line) {
+            println!("  (line {line} is {what})");
+        }
+    }
     if a.summary {
         print!("{}", memory_summary(&report.stats, 0, false));
     }
     if report.ooms.count > 0
         && !a.no_explain
-        && let Some(d) = diagnose(trace, &opts)?
+        && let Some(mut d) = diagnose(trace, &opts)?
     {
+        d.line_name = input
+            .describe_line(d.line)
+            .map(|what| format!("line {} = {what}", d.line));
         print!("{d}");
     }
     Ok(exit_status(&report, false))

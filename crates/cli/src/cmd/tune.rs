@@ -84,7 +84,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             start,
         );
         if let (Some(path), Some(t)) = (&a.common.html, &r.tune) {
-            html_report(&w, &src, t, &opts, path)?;
+            html_report(&w, &src, t, Some(&r), &opts, path)?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -103,7 +103,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         start,
     );
     if let Some(path) = &a.common.html {
-        html_report(&w, &src, &r, &opts, path)?;
+        html_report(&w, &src, &r, None, &opts, path)?;
     }
     Ok(if r.fit == Fit::Fits {
         ExitCode::SUCCESS
@@ -117,6 +117,7 @@ pub fn html_report(
     w: &Loaded,
     src: &text::Source,
     r: &TuneResult,
+    min: Option<&cachalot_advisor::MinCapacityResult>,
     opts: &TuneOptions,
     path: &Path,
 ) -> Result<()> {
@@ -136,7 +137,11 @@ pub fn html_report(
     }
     let timelines = record_timelines(trace, &shown, r.capacity, &opts.cost, opts.threads)
         .context("recording the timelines for the HTML report")?;
-    write_html(path, &html::tune_page(r, src, &timelines))
+    let page = match min {
+        Some(m) => html::min_capacity_page(m, r, src, &timelines),
+        None => html::tune_page(r, src, &timelines),
+    };
+    write_html(path, &page)
 }
 
 /// Options shared by `tune` and `compare`.
