@@ -235,10 +235,24 @@ def test_importing_capture_does_not_import_torch():
 
 def test_gpu_table():
     assert gpus.lookup("H100").cc == (9, 0)
-    assert gpus.lookup("a100") == gpus.lookup("a100-80gb")
-    assert gpus.smallest_fitting(15 << 30).key == "t4"
-    assert gpus.smallest_fitting(16 << 30).key == "v100-16gb"
+    assert gpus.lookup("nvidia_a10g") == gpus.lookup("a10")
+    assert gpus.smallest_fitting(14 << 30).key == "t4"
+    assert gpus.smallest_fitting(15 << 30).key == "a10"
     assert gpus.smallest_fitting(1 << 50) is None
     with pytest.raises(gpus.UnknownGpu, match="known: t4"):
         gpus.lookup("k80")
     assert build.LIBRARIES[0] == "libcudart.so.13"
+
+
+def test_gpu_memory_sizes_are_the_advisors(captured):
+    """One home for memory sizes: `cachalot tune --gpu` (sourced in crates/advisor) agrees."""
+    for g in gpus.GPUS:
+        for name in [g.key] + [a for a, k in gpus.ALIASES.items() if k == g.key]:
+            p = subprocess.run(
+                analysis.engine() + ["tune", captured["trace"], "--gpu", name, "--json", "-q"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert p.returncode in (0, 1), p.stderr
+            assert json.loads(p.stdout)["capacity"] == g.memory, name

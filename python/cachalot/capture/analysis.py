@@ -143,8 +143,10 @@ class Prediction:
                 f"on {g(self.capacity)}"
             )
         tuned = self.tuned_conf or "(torch's default; unset PYTORCH_CUDA_ALLOC_CONF)"
-        verdict = "fits" if self.tuned_fits else "still does not fit"
-        lines.append(f"config to use       {tuned}   [{verdict}; {self.tune_reason}]")
+        if self.tuned_fits:
+            lines.append(f"config to use       {tuned}   [fits; {self.tune_reason}]")
+        else:
+            lines.append(f"no config fits      closest: {tuned}   [{self.tune_reason}]")
         if self.best_min_conf == self.conf:
             lines.append(
                 f"needs at least      {g(self.min_capacity)} (as configured; no config tried needs less)"
@@ -195,9 +197,11 @@ def predict(
     free = replay(trace, 1 << 40, conf)  # the stream's own peaks, with no memory pressure
     peak_reserved = free["peak"]["reserved_bytes"]
     need = min_capacity(trace, conf, peak_reserved)
-    tuned = _json(["tune", trace, "--capacity", str(capacity), "--json", "-q"], None)
-    tuned_conf = tuned.get("recommended") or ""
-    best = _json(["tune", trace, "--min-capacity", "--json", "-q"], None)
+    # `cachalot tune` exits 1 when no config fits; its JSON then names the best and the shortfall
+    tuned = _json(["tune", trace, "--capacity", str(capacity), "--json", "-q"], None, ok=(0, 1))
+    tuned_fits = bool(tuned.get("fits", tuned.get("recommended") is not None))
+    tuned_conf = (tuned.get("recommended") if tuned_fits else tuned.get("best")) or ""
+    best = _json(["tune", trace, "--min-capacity", "--json", "-q"], None, ok=(0, 1))
     best_need, best_conf = int(best["min_capacity"]), best.get("fits_with") or ""
     if need <= best_need:  # the user's own config needs no more than the best one tried
         best_need, best_conf = need, conf
@@ -217,7 +221,7 @@ def predict(
         min_capacity=need,
         tuned_conf=tuned_conf,
         tune_reason=str(tuned.get("reason", "")),
-        tuned_fits=fits(trace, capacity, tuned_conf),
+        tuned_fits=tuned_fits,
         best_min_capacity=best_need,
         best_min_conf=best_conf,
         smallest_gpu=smallest.key if smallest else None,

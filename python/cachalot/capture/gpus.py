@@ -2,17 +2,20 @@
 
 A profile carries what changes the allocation stream torch produces on that
 GPU: the compute capability (scaled-dot-product attention's backend choice,
-cuBLAS workspace sizes), the SM count, L2 size and shared memory per SM
-(kernel and split choices), and the memory size the program is told. Memory
-sizes are the totals `nvidia-smi` lists for the board, in MiB; the CUDA
-context and library handles take a few hundred MiB of that outside the
-caching allocator, which a capture cannot see (see `context_reserve`).
+cuBLAS workspace sizes), the SM count, L2 size and shared memory per SM (kernel
+and split choices, from NVIDIA's spec sheets), and the memory size the program
+is told. The memory sizes are those of `cachalot tune --gpu` (crates/advisor's
+table, where each one's source is named: CUDA's total where published, else
+NVML's); tests/python/test_capture.py checks that the two tables agree. The
+CUDA context and library handles take some of that memory outside the caching
+allocator, which a capture cannot see: `--reserve` takes it off.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+KiB = 1 << 10
 MiB = 1 << 20
 
 
@@ -48,34 +51,31 @@ def _g(key, name, mib, cc, sms, l2_mib, smem_kib, optin_kib):
 GPUS: tuple[Gpu, ...] = tuple(
     sorted(
         (
-            _g("t4", "Tesla T4", 15360, (7, 5), 40, 4, 64, 64),
-            _g("v100-16gb", "Tesla V100-SXM2-16GB", 16384, (7, 0), 80, 6, 96, 96),
-            _g("a10g", "NVIDIA A10G", 23028, (8, 6), 80, 6, 100, 99),
+            Gpu("t4", "Tesla T4", 15_843_721_216, (7, 5), 40, 4 * MiB, 64 * KiB, 64 * KiB),
+            _g("a10", "NVIDIA A10", 23028, (8, 6), 72, 6, 100, 99),
             _g("l4", "NVIDIA L4", 23034, (8, 9), 58, 48, 100, 99),
-            _g("rtx4090", "NVIDIA GeForce RTX 4090", 24564, (8, 9), 128, 72, 100, 99),
-            _g("rtx3090", "NVIDIA GeForce RTX 3090", 24576, (8, 6), 82, 6, 100, 99),
-            _g("v100-32gb", "Tesla V100-SXM2-32GB", 32768, (7, 0), 80, 6, 96, 96),
-            _g("a100-40gb", "NVIDIA A100-SXM4-40GB", 40960, (8, 0), 108, 40, 164, 163),
+            Gpu(
+                "a100-40gb",
+                "NVIDIA A100-SXM4-40GB",
+                42_405_855_232,
+                (8, 0),
+                108,
+                40 * MiB,
+                164 * KiB,
+                163 * KiB,
+            ),
             _g("l40s", "NVIDIA L40S", 46068, (8, 9), 142, 96, 100, 99),
             # The H100 profile is the one shared/fakegpu's ground truth runs use
             # (cc 9.0, 132 SMs, 48 MiB L2 as that runtime reports it).
             _g("h100", "NVIDIA H100 80GB HBM3", 81559, (9, 0), 132, 48, 228, 227),
-            _g("h100-pcie", "NVIDIA H100 PCIe", 81559, (9, 0), 114, 48, 228, 227),
             _g("a100-80gb", "NVIDIA A100-SXM4-80GB", 81920, (8, 0), 108, 40, 164, 163),
             _g("h200", "NVIDIA H200", 143771, (9, 0), 132, 48, 228, 227),
-            _g("b200", "NVIDIA B200", 183359, (10, 0), 148, 126, 228, 227),
         ),
         key=lambda g: (g.memory, g.key),
     )
 )
 
-ALIASES = {
-    "a100": "a100-80gb",
-    "v100": "v100-32gb",
-    "h100-sxm": "h100",
-    "4090": "rtx4090",
-    "3090": "rtx3090",
-}
+ALIASES = {"a100": "a100-40gb", "a10g": "a10", "h100-80gb": "h100", "h200-141gb": "h200"}
 
 
 class UnknownGpu(ValueError):
@@ -84,7 +84,7 @@ class UnknownGpu(ValueError):
 
 def lookup(name: str) -> Gpu:
     """A profile by key (`h100`, `a100-40gb`, …) or alias, case-insensitive."""
-    k = name.strip().lower()
+    k = name.strip().lower().replace("_", "-").replace(" ", "-").removeprefix("nvidia-")
     k = ALIASES.get(k, k)
     for g in GPUS:
         if g.key == k:
