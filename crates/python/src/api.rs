@@ -202,7 +202,9 @@ pub fn tune(
         if min_capacity {
             let r = cachalot_advisor::min_capacity(&w.traces, &opts)?;
             let page = match (&r.tune, html) {
-                (Some(t), true) => html_via(|p| cmd::tune::html_report(&w, &src, t, &opts, p))?,
+                (Some(t), true) => {
+                    html_via(|p| cmd::tune::html_report(&w, &src, t, Some(&r), &opts, p))?
+                }
                 _ => String::new(),
             };
             return Ok((
@@ -213,7 +215,7 @@ pub fn tune(
         }
         let r = cachalot_advisor::tune(&w.traces, &opts)?;
         let page = if html {
-            html_via(|p| cmd::tune::html_report(&w, &src, &r, &opts, p))?
+            html_via(|p| cmd::tune::html_report(&w, &src, &r, None, &opts, p))?
         } else {
             String::new()
         };
