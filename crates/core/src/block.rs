@@ -17,6 +17,8 @@
 
 use cachalot_device::StreamId;
 
+use crate::mempool::PoolRef;
+
 /// Index of a block in the [`Arena`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockId(pub(crate) u32);
@@ -52,8 +54,8 @@ pub(crate) struct Block {
     pub requested_size: u64,
     /// The stream the segment was allocated for; only requests on it may reuse the block.
     pub stream: StreamId,
-    /// The pool the segment belongs to.
-    pub pool: PoolKind,
+    /// The pool the segment belongs to: small or large, default or private.
+    pub pool: PoolRef,
     /// Handed out to a user.
     pub allocated: bool,
     /// False only for the unmapped parts of an expandable segment.

@@ -52,6 +52,9 @@ pub enum AllocError {
         /// What it was asked to do.
         operation: Operation,
     },
+    /// Misuse of the private-pool calls (torch's message).
+    #[error("{0}")]
+    Pool(#[from] crate::mempool::PoolError),
     /// A device call failed for a reason other than lack of memory (with no caching, a failed
     /// `cudaMalloc` too: torch raises it as a CUDA error).
     #[error("device error: {0}")]

@@ -286,6 +286,8 @@ impl<D: Device> State<D> {
         self.insert_free(id);
         self.total_allocated_memory += mapped;
         self.stats.reserved_bytes.increase(pool.is_small(), mapped);
+        self.pool_reserved(pool, mapped, true);
+        self.pool_segment_count(pool, 1);
         self.stats.num_device_alloc += 1;
         self.record(TraceAction::SegmentMap, ptr, mapped, stream);
         Ok(true)
@@ -364,6 +366,8 @@ impl<D: Device> State<D> {
         self.stats
             .reserved_bytes
             .decrease(pool.is_small(), unmapped_size);
+        self.pool_reserved(pool, unmapped_size, false);
+        self.pool_segment_count(pool, -1);
         self.stats.num_device_free += 1;
         self.record(
             TraceAction::SegmentUnmap,

@@ -100,7 +100,7 @@ impl<D: Device> State<D> {
         Ok(())
     }
 
-    fn event_done(&mut self, id: BlockId) {
+    pub(crate) fn event_done(&mut self, id: BlockId) {
         let b = &mut self.blocks[id];
         b.event_count -= 1;
         if b.event_count == 0 {

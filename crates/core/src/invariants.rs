@@ -81,7 +81,7 @@ impl<D: Device> State<D> {
                         b.ptr
                     ));
                 }
-                unmapped_expected.insert((b.pool.is_small(), addr_key(b), id));
+                unmapped_expected.insert((b.pool.owner, b.pool.is_small(), addr_key(b), id));
                 continue;
             }
             if b.allocated {
@@ -99,7 +99,13 @@ impl<D: Device> State<D> {
                 active_bytes[k] += b.size as i64;
                 requested[k] += b.requested_size as i64;
             } else if is_free(id) {
-                free_expected.insert((b.pool.is_small(), b.stream.0, size_key(b), id));
+                free_expected.insert((
+                    b.pool.owner,
+                    b.pool.is_small(),
+                    b.stream.0,
+                    size_key(b),
+                    id,
+                ));
                 if b.is_split() && !b.is_expandable() {
                     inactive_split[k] += 1;
                     inactive_split_bytes[k] += b.size as i64;
@@ -120,19 +126,26 @@ impl<D: Device> State<D> {
         }
         let mut free_actual = BTreeSet::new();
         let mut unmapped_actual = BTreeSet::new();
-        for pool in [&self.small, &self.large] {
+        let private = self
+            .private
+            .all()
+            .flat_map(|(o, p)| [(o, &p.small), (o, &p.large)]);
+        for (owner, pool) in [(0, &self.small), (0, &self.large)]
+            .into_iter()
+            .chain(private)
+        {
             for (stream, key, id) in pool.free_entries() {
                 let b = &self.blocks[id];
                 if size_key(b) != key || b.stream.0 != stream {
                     return Err(format!("free set key {key:?} on stream {stream} is stale"));
                 }
-                free_actual.insert((pool.kind.is_small(), stream, key, id));
+                free_actual.insert((owner, pool.kind.is_small(), stream, key, id));
             }
             for (&key, &id) in &pool.unmapped {
                 if addr_key(&self.blocks[id]) != key {
                     return Err(format!("unmapped set key {key:?} is stale"));
                 }
-                unmapped_actual.insert((pool.kind.is_small(), key, id));
+                unmapped_actual.insert((owner, pool.kind.is_small(), key, id));
             }
         }
         if free_actual != free_expected {
@@ -200,6 +213,7 @@ impl<D: Device> State<D> {
             ));
         }
         self.check_expandable_pages()?;
+        self.check_pools(&live)?;
         Ok(())
     }
 }

@@ -12,8 +12,9 @@
 
 use cachalot_device::{Device, DeviceError, StreamId};
 
-use crate::block::{BlockId, PoolKind};
+use crate::block::BlockId;
 use crate::history::TraceAction;
+use crate::mempool::PoolRef;
 use crate::oom::{AllocError, OomCause, OomReport};
 use crate::size::{self, MAX_UNSPLIT_REMAINDER, MIN_BLOCK_SIZE};
 use crate::state::State;
@@ -22,7 +23,8 @@ use crate::state::State;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Params {
     pub stream: StreamId,
-    pub pool: PoolKind,
+    /// The free sets it searches and a new segment joins (default or private).
+    pub pool: PoolRef,
     /// The rounded size.
     pub size: u64,
     /// The segment size a cache miss asks the device for.
@@ -39,20 +41,15 @@ impl<D: Device> State<D> {
             self.oom_cause = OomCause::SizeOverflow;
             let p = Params {
                 stream,
-                pool: PoolKind::Large,
+                pool: PoolRef::default_pool(crate::block::PoolKind::Large),
                 size: orig_size,
                 alloc_size: orig_size,
             };
             return Err(self.out_of_memory(&p, orig_size));
         };
-        let pool = if size::is_small(size) {
-            PoolKind::Small
-        } else {
-            PoolKind::Large
-        };
         let p = Params {
             stream,
-            pool,
+            pool: self.route(size, stream),
             size,
             alloc_size,
         };
@@ -89,11 +86,7 @@ impl<D: Device> State<D> {
     pub(crate) fn get_free_block(&mut self, p: &Params) -> Option<BlockId> {
         let gc = self.gc_enabled();
         let expandable_on = self.conf.expandable_segments;
-        let blocks = &self.blocks;
-        let pool = match p.pool {
-            PoolKind::Small => &mut self.small,
-            PoolKind::Large => &mut self.large,
-        };
+        let (pool, blocks, conf) = self.pool_blocks_conf(p.pool);
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
@@ -140,7 +133,7 @@ impl<D: Device> State<D> {
             (id, slot)
         };
         let b = &blocks[id];
-        if crate::size::refuses_oversize(&self.conf, p.size, b.size, b.is_expandable()) {
+        if crate::size::refuses_oversize(conf, p.size, b.size, b.is_expandable()) {
             return None;
         }
         let removed = pool.remove_at(slot);
@@ -183,6 +176,8 @@ impl<D: Device> State<D> {
         let small = p.pool.is_small();
         self.stats.segment.increase(small, 1);
         self.stats.reserved_bytes.increase(small, size);
+        self.pool_reserved(p.pool, size, true);
+        self.pool_segment_count(p.pool, 1);
         if size >= self.conf.max_split_size {
             self.stats.oversize_segments.increase(1);
         }
@@ -298,6 +293,7 @@ impl<D: Device> State<D> {
             allowed: self.allowed_memory_maximum,
             expandable_segments: self.conf.expandable_segments,
             cause: self.oom_cause,
+            private_pool_cached: self.private_pool_cached(),
         }))
     }
 }

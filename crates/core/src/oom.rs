@@ -70,6 +70,9 @@ pub struct OomReport {
     pub expandable_segments: bool,
     /// What kind of failure this is.
     pub cause: OomCause,
+    /// Free bytes cached in private pools, which torch's message counts as "allocated in
+    /// private pools" (it sums the pools' free sets).
+    pub private_pool_cached: u64,
 }
 
 impl OomReport {
@@ -92,16 +95,26 @@ impl std::fmt::Display for OomReport {
             Some(a) => format!("{} allowed; ", format_size(a)),
             None => String::new(),
         };
+        let private = self.private_pool_cached;
+        let private_msg = if private > 0 {
+            format!(
+                "with {} allocated in private pools (e.g., CUDA Graphs), ",
+                format_size(private)
+            )
+        } else {
+            String::new()
+        };
         write!(
             f,
-            "CUDA out of memory. Tried to allocate {}. GPU {} has a total capacity of {} of which {} is free. {}Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated.",
+            "CUDA out of memory. Tried to allocate {}. GPU {} has a total capacity of {} of which {} is free. {}Of the allocated memory {} is allocated by PyTorch, {}and {} is reserved by PyTorch but unallocated.",
             format_size(self.alloc_size),
             self.device,
             format_size(self.device_total),
             format_size(self.device_free),
             allowed,
-            format_size(self.allocated),
-            format_size(self.reserved_unallocated()),
+            format_size(self.allocated + private),
+            private_msg,
+            format_size(self.reserved_unallocated().saturating_sub(private)),
         )?;
         if let OomCause::ExceedsExpandableReserve { reserve } = self.cause {
             write!(

@@ -7,9 +7,10 @@
 
 use cachalot_device::Device;
 
-use crate::block::{BlockId, PoolKind};
+use crate::block::BlockId;
 use crate::history::TraceAction;
 use crate::malloc::Params;
+use crate::mempool::{MempoolId, PoolRef};
 use crate::oom::AllocError;
 use crate::state::State;
 
@@ -17,14 +18,13 @@ impl<D: Device> State<D> {
     /// Waits for outstanding events, then returns every whole free segment to the device and
     /// unmaps the free pages of expandable segments (`release_cached_blocks`).
     pub(crate) fn release_cached_blocks(&mut self) -> Result<(), AllocError> {
-        self.synchronize_and_free_events()?;
-        self.release_blocks(PoolKind::Large)?;
-        self.release_blocks(PoolKind::Small)?;
-        Ok(())
+        self.release_cached(MempoolId::DEFAULT)
     }
 
-    fn release_blocks(&mut self, kind: PoolKind) -> Result<(), AllocError> {
-        let candidates: Vec<BlockId> = self.pool(kind).free_ids().collect();
+    /// Frees the whole free segments of one pool and unmaps its free expandable pages
+    /// (`release_blocks`).
+    pub(crate) fn release_blocks(&mut self, pool: PoolRef) -> Result<(), AllocError> {
+        let candidates: Vec<BlockId> = self.pool(pool).free_ids().collect();
         let mut to_unmap = Vec::new();
         for id in candidates {
             let b = &self.blocks[id];
@@ -45,17 +45,20 @@ impl<D: Device> State<D> {
 
     /// Returns one whole free segment to the device (`release_block`).
     pub(crate) fn release_block(&mut self, id: BlockId) -> Result<(), AllocError> {
-        let (ptr, size, stream, small) = {
+        let (ptr, size, stream, pool) = {
             let b = &self.blocks[id];
             debug_assert!(!b.is_expandable() && !b.is_split() && !b.allocated);
-            (b.ptr, b.size, b.stream, b.pool.is_small())
+            (b.ptr, b.size, b.stream, b.pool)
         };
+        let small = pool.is_small();
         self.stats.num_device_free += 1;
         self.record(TraceAction::SegmentFree, ptr, size, stream);
         self.device.free(ptr, size)?;
         self.total_allocated_memory -= size;
         self.stats.segment.decrease(small, 1);
         self.stats.reserved_bytes.decrease(small, size);
+        self.pool_reserved(pool, size, false);
+        self.pool_segment_count(pool, -1);
         if size >= self.conf.max_split_size {
             self.stats.oversize_segments.decrease(1);
         }

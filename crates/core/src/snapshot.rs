@@ -62,6 +62,8 @@ pub struct SegmentInfo {
     pub is_small: bool,
     /// Part of an expandable segment.
     pub is_expandable: bool,
+    /// The pool that owns it (`segment_pool_id`): `(0, 0)` for the default pools.
+    pub pool_id: crate::mempool::MempoolId,
     /// Blocks in address order.
     pub blocks: Vec<BlockInfo>,
 }
@@ -109,7 +111,8 @@ impl<D: Device> State<D> {
     /// All segments, sorted by address.
     pub fn segments(&self) -> Vec<SegmentInfo> {
         let mut heads: Vec<BlockId> = Vec::new();
-        for pool in [&self.small, &self.large] {
+        let private = self.private.live().flat_map(|(_, p)| [&p.small, &p.large]);
+        for pool in [&self.small, &self.large].into_iter().chain(private) {
             heads.extend(pool.free_ids());
             heads.extend(pool.unmapped.values().copied());
         }
@@ -139,6 +142,7 @@ impl<D: Device> State<D> {
                     stream: h.stream,
                     is_small: h.pool.is_small(),
                     is_expandable: h.is_expandable(),
+                    pool_id: self.pool_id_of(head),
                     blocks: Vec::new(),
                 };
                 let mut cur = Some(head);

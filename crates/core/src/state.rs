@@ -10,6 +10,7 @@ use crate::block::{Arena, Block, BlockId, PoolKind};
 use crate::config::AllocConf;
 use crate::expandable::ExpandableSegment;
 use crate::history::{History, TraceAction};
+use crate::mempool::{PoolRef, PrivatePools};
 use crate::oom::OomCause;
 use crate::pool::BlockPool;
 use crate::stats::DeviceStats;
@@ -22,6 +23,8 @@ pub(crate) struct State<D> {
     pub blocks: Arena,
     pub small: BlockPool,
     pub large: BlockPool,
+    /// Private pools (MemPool, CUDA graphs) and the routing to them.
+    pub private: PrivatePools,
     /// Allocated blocks by address: exactly the blocks handed out and not yet freed.
     pub allocated: FxHashMap<u64, BlockId>,
     /// Outstanding events per stream, oldest first (`cuda_events`).
@@ -65,6 +68,7 @@ impl<D: Device> State<D> {
             blocks: Arena::default(),
             small: BlockPool::new(PoolKind::Small),
             large: BlockPool::new(PoolKind::Large),
+            private: PrivatePools::default(),
             allocated: FxHashMap::default(),
             events: BTreeMap::new(),
             expandable: Vec::new(),
@@ -98,41 +102,25 @@ impl<D: Device> State<D> {
         self.allowed_memory_maximum.is_some() && self.conf.garbage_collection_threshold > 0.0
     }
 
-    #[inline]
-    pub fn pool(&self, kind: PoolKind) -> &BlockPool {
-        match kind {
-            PoolKind::Small => &self.small,
-            PoolKind::Large => &self.large,
-        }
-    }
-
-    #[inline]
-    pub fn pool_mut(&mut self, kind: PoolKind) -> &mut BlockPool {
-        match kind {
-            PoolKind::Small => &mut self.small,
-            PoolKind::Large => &mut self.large,
-        }
-    }
-
     /// Puts a free mapped block into its pool's free set.
     #[inline]
     pub fn insert_free(&mut self, id: BlockId) {
-        let kind = self.blocks[id].pool;
-        let pool = match kind {
-            PoolKind::Small => &mut self.small,
-            PoolKind::Large => &mut self.large,
+        let pool = self.blocks[id].pool;
+        let set = match (pool.owner, pool.kind) {
+            (0, PoolKind::Small) => &mut self.small,
+            (0, PoolKind::Large) => &mut self.large,
+            (o, PoolKind::Small) => &mut self.private.get_mut(o).small,
+            (o, PoolKind::Large) => &mut self.private.get_mut(o).large,
         };
-        pool.insert(id, &mut self.blocks[id]);
+        set.insert(id, &mut self.blocks[id]);
     }
 
     /// Removes a free mapped block from its pool's free set.
     #[inline]
     pub fn remove_free(&mut self, id: BlockId) -> bool {
-        let b = &self.blocks[id];
-        match b.pool {
-            PoolKind::Small => self.small.remove(id, b),
-            PoolKind::Large => self.large.remove(id, b),
-        }
+        let pool = self.blocks[id].pool;
+        let (set, blocks) = self.pool_and_blocks(pool);
+        set.remove(id, &blocks[id])
     }
 
     /// Appends a history entry when recording is on.
@@ -156,7 +144,7 @@ impl<D: Device> State<D> {
         ptr: u64,
         size: u64,
         stream: StreamId,
-        pool: PoolKind,
+        pool: PoolRef,
         segment_id: u32,
     ) -> BlockId {
         self.blocks.insert(Block {

@@ -160,6 +160,9 @@ pub struct DeviceStats {
     pub num_oom_rejections: i64,
     /// `max_split_size` when the allocator was built; -1 = unlimited.
     pub max_split_size: i64,
+    /// Reserved bytes of each private pool (`reserved_bytes_by_private_pools`), in order of
+    /// each pool's first segment; an entry stays after its pool is forgotten.
+    pub reserved_bytes_by_private_pools: Vec<(crate::mempool::MempoolId, StatArray)>,
 }
 
 impl DeviceStats {
@@ -197,6 +200,9 @@ impl DeviceStats {
         for a in self.arrays_mut() {
             a.each(Stat::reset_accumulated);
         }
+        for (_, a) in &mut self.reserved_bytes_by_private_pools {
+            a.each(Stat::reset_accumulated);
+        }
         self.oversize_allocations.reset_accumulated();
         self.oversize_segments.reset_accumulated();
         self.num_alloc_retries = 0;
@@ -210,6 +216,9 @@ impl DeviceStats {
     /// `reset_peak_memory_stats`.
     pub fn reset_peak(&mut self) {
         for a in self.arrays_mut() {
+            a.each(Stat::reset_peak);
+        }
+        for (_, a) in &mut self.reserved_bytes_by_private_pools {
             a.each(Stat::reset_peak);
         }
         self.oversize_allocations.reset_peak();

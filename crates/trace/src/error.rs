@@ -71,6 +71,24 @@ pub enum TraceError {
         value: String,
     },
 
+    /// A pool row's Pointer is not a pool id (an integer of at least 1).
+    #[error("line {line}: {action}: Pointer must be a pool id (an integer >= 1), got '{value}'")]
+    BadPoolId {
+        /// Line number.
+        line: u64,
+        /// The row's action, as the oracle names it.
+        action: &'static str,
+        /// The field as found (same form as in [`TraceError::BadSize`]).
+        value: String,
+    },
+
+    /// A `record_stream` row names every stream (`*`) instead of one.
+    #[error("line {line}: record_stream: Stream must name one stream, not '*'")]
+    RecordStreamAll {
+        /// Line number.
+        line: u64,
+    },
+
     /// The Size field is a number larger than `u64::MAX`.
     #[error("line {line}: size '{value}' is larger than the maximum 18446744073709551615")]
     SizeOverflow {
@@ -91,6 +109,8 @@ impl TraceError {
             | TraceError::TooFewColumns { line, .. }
             | TraceError::LineTooLong { line, .. }
             | TraceError::BadSize { line, .. }
+            | TraceError::BadPoolId { line, .. }
+            | TraceError::RecordStreamAll { line }
             | TraceError::SizeOverflow { line, .. } => Some(*line),
         }
     }
@@ -102,6 +122,8 @@ impl TraceError {
             TraceError::TooFewColumns { .. }
                 | TraceError::LineTooLong { .. }
                 | TraceError::BadSize { .. }
+                | TraceError::BadPoolId { .. }
+                | TraceError::RecordStreamAll { .. }
                 | TraceError::SizeOverflow { .. }
         )
     }

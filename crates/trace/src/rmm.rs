@@ -22,8 +22,16 @@
 //!   is [`crate::ids::parse_number`].
 //! - **Action**, ASCII case-insensitive: `allocate`/`alloc`/`malloc` give
 //!   [`Record::Alloc`]; `deallocate`/`free`/`dealloc` give [`Record::Free`];
-//!   anything else containing `fail` gives [`Record::AllocFailure`]; anything
-//!   else gives [`Record::Other`].
+//!   the private-pool rows `pool_begin`, `pool_end`, `graph_begin`,
+//!   `graph_end`, `pool_release`, and `empty_cache` and `record_stream` give
+//!   their own records (the oracle's README, "Private pools, `empty_cache` and
+//!   `record_stream`"); anything else containing `fail` gives
+//!   [`Record::AllocFailure`]; anything else gives [`Record::Other`].
+//! - **Pool rows** name a pool id in Pointer: an integer of at least 1,
+//!   decimal or `0x` hex ([`TraceError::BadPoolId`] otherwise). `empty_cache`
+//!   takes `0` (or a null token) for the whole cache. On `pool_begin` and
+//!   `graph_begin`, Stream `*` means every stream; `record_stream` must name
+//!   one stream ([`TraceError::RecordStreamAll`]).
 //! - **Pointer** and **Stream** are id tokens (see [`crate::ids`]). Stream is
 //!   optional: a row shorter than the Stream column is on the default stream
 //!   (an *empty* Stream field, however, is a token like any other, as in the
@@ -69,6 +77,49 @@ pub enum Record {
     Free {
         /// Id of the allocation freed.
         ptr: PtrId,
+    },
+    /// `pool_begin`: open pool `pool` (making it if needed) for `stream`'s
+    /// allocations, every stream's if `None` (`*`).
+    PoolBegin {
+        /// The pool id (at least 1).
+        pool: u64,
+        /// The stream it takes, or every stream.
+        stream: Option<StreamKey>,
+    },
+    /// `pool_end`: close pool `pool` and drop the reference `pool_begin` took.
+    PoolEnd {
+        /// The pool id.
+        pool: u64,
+    },
+    /// `graph_begin`: start a CUDA-graph capture into pool `pool` on `stream`
+    /// (every stream if `None`).
+    GraphBegin {
+        /// The pool id.
+        pool: u64,
+        /// The capture stream, or every stream.
+        stream: Option<StreamKey>,
+    },
+    /// `graph_end`: end the capture into pool `pool`.
+    GraphEnd {
+        /// The pool id.
+        pool: u64,
+    },
+    /// `pool_release`: drop one reference to pool `pool`.
+    PoolRelease {
+        /// The pool id.
+        pool: u64,
+    },
+    /// `empty_cache`: of the whole cache (`None`) or of one pool.
+    EmptyCache {
+        /// The pool id, or `None` for the whole cache.
+        pool: Option<u64>,
+    },
+    /// `record_stream`: the allocation `ptr` is used on `stream` too.
+    RecordStream {
+        /// Id of the allocation.
+        ptr: PtrId,
+        /// The stream that uses it.
+        stream: StreamKey,
     },
     /// An action containing `fail` (RMM's `allocate failure`): the traced
     /// program's allocation failed. Not replayed.
@@ -388,6 +439,51 @@ impl State {
             },
             Action::Failure => Record::AllocFailure,
             Action::Other => Record::Other,
+            Action::Pool(kind) => {
+                let ptr = trim(ptr);
+                let stream = stream.map(trim);
+                let line = self.line;
+                let number = pool_id(ptr);
+                let pool_id = || match number {
+                    Some(p) if p >= 1 => Ok(p),
+                    _ => Err(TraceError::BadPoolId {
+                        line,
+                        action: kind.name(),
+                        value: quote_field(ptr),
+                    }),
+                };
+                let filter = |ids: &mut IdTable| match stream {
+                    Some(b"*") => None,
+                    Some(s) => Some(ids.stream(s)),
+                    None => Some(StreamKey::DEFAULT),
+                };
+                match kind {
+                    PoolAction::PoolBegin => Record::PoolBegin {
+                        pool: pool_id()?,
+                        stream: filter(ids),
+                    },
+                    PoolAction::GraphBegin => Record::GraphBegin {
+                        pool: pool_id()?,
+                        stream: filter(ids),
+                    },
+                    PoolAction::PoolEnd => Record::PoolEnd { pool: pool_id()? },
+                    PoolAction::GraphEnd => Record::GraphEnd { pool: pool_id()? },
+                    PoolAction::PoolRelease => Record::PoolRelease { pool: pool_id()? },
+                    PoolAction::EmptyCache => Record::EmptyCache {
+                        pool: match number {
+                            Some(0) => None,
+                            _ => Some(pool_id()?),
+                        },
+                    },
+                    PoolAction::RecordStream => Record::RecordStream {
+                        ptr: ids.ptr(ptr),
+                        stream: match filter(ids) {
+                            Some(s) => s,
+                            None => return Err(TraceError::RecordStreamAll { line }),
+                        },
+                    },
+                }
+            }
         };
         Ok(Event {
             line: self.line,
@@ -523,8 +619,55 @@ fn parse_header(line: &[u8]) -> Option<Columns> {
 enum Action {
     Alloc,
     Free,
+    Pool(PoolAction),
     Failure,
     Other,
+}
+
+/// The rows that drive private pools, `empty_cache` and `record_stream`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PoolAction {
+    PoolBegin,
+    PoolEnd,
+    GraphBegin,
+    GraphEnd,
+    PoolRelease,
+    EmptyCache,
+    RecordStream,
+}
+
+impl PoolAction {
+    const ALL: [PoolAction; 7] = [
+        PoolAction::PoolBegin,
+        PoolAction::PoolEnd,
+        PoolAction::GraphBegin,
+        PoolAction::GraphEnd,
+        PoolAction::PoolRelease,
+        PoolAction::EmptyCache,
+        PoolAction::RecordStream,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            PoolAction::PoolBegin => "pool_begin",
+            PoolAction::PoolEnd => "pool_end",
+            PoolAction::GraphBegin => "graph_begin",
+            PoolAction::GraphEnd => "graph_end",
+            PoolAction::PoolRelease => "pool_release",
+            PoolAction::EmptyCache => "empty_cache",
+            PoolAction::RecordStream => "record_stream",
+        }
+    }
+}
+
+/// A pool row's Pointer as a number: decimal or `0x` hex, a null token
+/// (`(nil)`, `nullptr`, `NULL`) being 0; `None` if it is neither.
+fn pool_id(field: &[u8]) -> Option<u64> {
+    match parse_number(field) {
+        Ok(v) => Some(v),
+        Err(_) if [&b"(nil)"[..], b"nullptr", b"NULL"].contains(&field) => Some(0),
+        Err(_) => None,
+    }
 }
 
 #[inline]
@@ -538,6 +681,9 @@ fn classify(a: &[u8]) -> Action {
         4 if is(b"free") => return Action::Free,
         7 if is(b"dealloc") => return Action::Free,
         _ => {}
+    }
+    if let Some(&p) = PoolAction::ALL.iter().find(|p| is(p.name().as_bytes())) {
+        return Action::Pool(p);
     }
     if a.windows(4).any(|w| w.eq_ignore_ascii_case(b"fail")) {
         Action::Failure

@@ -81,6 +81,14 @@ pub fn stats_of<I: IntoIterator<Item = Event>>(events: I) -> OracleStats {
             }
             Record::AllocFailure => s.trace_alloc_failures += 1,
             Record::Other => s.other_rows += 1,
+            // Pool rows are not allocations; the streams they name get streams too.
+            Record::PoolBegin { stream, .. } | Record::GraphBegin { stream, .. } => {
+                streams.extend(stream.filter(|s| !s.is_default()));
+            }
+            Record::RecordStream { stream, .. } if !stream.is_default() => {
+                streams.insert(stream);
+            }
+            _ => {}
         }
     }
     s.live_at_end = live.len() as u64;
