@@ -142,6 +142,20 @@ pub enum PoolError {
         "it->second->use_count > 0 INTERNAL ASSERT FAILED at \"/__w/pytorch/pytorch/c10/cuda/CUDACachingAllocator.cpp\":3473, please report a bug to PyTorch. "
     )]
     Released(MempoolId),
+    /// `markCaptureEnd` without an open capture (torch's capture tracker,
+    /// `CUDAGraphMemory.cpp`).
+    #[error(
+        "active_captures_ > 0 INTERNAL ASSERT FAILED at \"/__w/pytorch/pytorch/c10/cuda/CUDAGraphMemory.cpp\":12, please report a bug to PyTorch. captureEnd called with no active capture"
+    )]
+    NoActiveCapture,
+    /// `backend:cudaMallocAsync`: a second capture while one is open.
+    #[error("Only one capture at a time is allowed in a process.")]
+    AsyncCaptureUnderway,
+    /// `backend:cudaMallocAsync`: the end of a capture that was not begun.
+    #[error(
+        "CudaMallocAsync::notifyCaptureAboutToEnd called, but CudaMallocAsync::capture_underway is false."
+    )]
+    AsyncNoCapture,
     /// `backend:cudaMallocAsync` has no private pools.
     #[error(
         "cudaMallocAsync does not yet support createOrIncrefPool. If you need it, please file an issue describing your use case."

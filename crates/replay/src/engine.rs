@@ -14,6 +14,7 @@ use cachalot_core::{
 use cachalot_sim::{LogEntry, SimConfig, SimCounters, SimDevice};
 
 use crate::load::{LoadedTrace, TraceOp};
+use crate::pools::{PoolReplay, PoolReport};
 use crate::target::{MallocError, Target};
 
 /// How to replay.
@@ -148,6 +149,8 @@ pub struct ReplayReport {
     /// The error that stopped the replay, if one did: its trace line and torch's message
     /// (the oracle's `fatal_error`). Only [`ReplayError::report`] carries such a report.
     pub fatal_error: Option<(u64, String)>,
+    /// Every pool the trace names, as it is at the end.
+    pub pools: Vec<PoolReport>,
 }
 
 impl ReplayReport {
@@ -249,10 +252,11 @@ fn replay_inner(
     let mut stopped_early = false;
     let mut events = 0u64;
     let mut fatal = None;
+    let mut pool_rows = PoolReplay::default();
     let start = Instant::now();
     let cpu_start = cpu_time::ThreadTime::now();
     for (i, op) in trace.ops.iter().enumerate() {
-        events += 1;
+        events += u64::from(!matches!(op, TraceOp::Pool { .. }));
         let ooms_before = ooms.count;
         if opts.log_segments {
             tag.store(op.line() as i64, Ordering::Relaxed);
@@ -307,6 +311,13 @@ fn replay_inner(
                     ooms.skipped_frees += 1;
                 }
             }
+            TraceOp::Pool { op, line } => {
+                if let Err(source) = pool_rows.apply(&alloc, trace, op, &ptrs, opts.ignore_streams)
+                {
+                    fatal = Some((line, source));
+                    break;
+                }
+            }
         }
         if opts.sample_every > 0 && i % opts.sample_every == 0 {
             samples.push(alloc.with_stats(|s| Sample {
@@ -343,6 +354,7 @@ fn replay_inner(
     let mem_info_at_end = alloc
         .with_device(cachalot_core::Device::mem_get_info)
         .map_err(|e| ReplayError::at(0, e.into()))?;
+    let pools = pool_rows.report(&alloc, trace);
     let snapshot = if opts.snapshot_at_end {
         alloc.snapshot().ok()
     } else {
@@ -365,9 +377,10 @@ fn replay_inner(
     };
     let mut device = alloc.into_device();
     let report = ReplayReport {
-        // The oracle counts the trace's events, also when an error stopped the replay.
+        // The oracle counts the trace's allocations and frees, also when an error stopped the
+        // replay.
         events: if fatal.is_some() {
-            trace.ops.len() as u64
+            trace.stats.allocs + trace.stats.frees
         } else {
             events
         },
@@ -388,6 +401,7 @@ fn replay_inner(
         fatal_error: fatal
             .as_ref()
             .map(|(line, e): &(u64, AllocError)| (*line, e.torch_message())),
+        pools,
     };
     match fatal {
         None => Ok(report),

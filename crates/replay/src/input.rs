@@ -321,6 +321,7 @@ fn peak_live(trace: &LoadedTrace) -> u64 {
                 peak = peak.max(live);
             }
             crate::TraceOp::Free { slot, .. } => live -= std::mem::take(&mut sizes[slot as usize]),
+            crate::TraceOp::Pool { .. } => {}
         }
     }
     peak

@@ -14,6 +14,7 @@ pub mod diagnose;
 pub mod engine;
 pub mod input;
 pub mod load;
+pub mod pools;
 pub mod report;
 mod target;
 
@@ -22,4 +23,7 @@ pub use engine::{
     replay, replay_with_hook,
 };
 pub use input::{LoadError, LoadOptions, LoadedInput, load_input};
-pub use load::{LoadedTrace, TraceBuilder, TraceOp, TraceStats, load_bytes, load_path, load_rmm};
+pub use load::{
+    LoadedTrace, PoolOp, TraceBuilder, TraceOp, TracePool, TraceStats, load_bytes, load_path,
+    load_rmm,
+};

