@@ -44,6 +44,7 @@ fn peak_live_of(trace: &LoadedTrace) -> u64 {
                 peak = peak.max(live);
             }
             TraceOp::Free { slot, .. } => live -= std::mem::take(&mut sizes[slot as usize]),
+            TraceOp::Pool { .. } => {}
         }
     }
     peak

@@ -226,7 +226,7 @@ impl SearchSpace {
             .flat_map(|t| &t.ops)
             .filter_map(|op| match *op {
                 TraceOp::Alloc { size, .. } => Some(size),
-                TraceOp::Free { .. } => None,
+                TraceOp::Free { .. } | TraceOp::Pool { .. } => None,
             })
             .max()
             .unwrap_or(0);

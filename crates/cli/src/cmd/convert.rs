@@ -68,6 +68,8 @@ pub fn rmm_events(input: &LoadedInput) -> Vec<ReplayEvent> {
                         (EventKind::Allocate, slot)
                     }
                     TraceOp::Free { slot, .. } => (EventKind::Free, slot),
+                    // The snapshot event format has no pool rows: they are left out.
+                    TraceOp::Pool { .. } => continue,
                 };
                 let (size, stream) = allocs[slot as usize];
                 out.push(ReplayEvent {
