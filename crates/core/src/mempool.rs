@@ -752,3 +752,7 @@ impl<D: Device> State<D> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "mempool_tests.rs"]
+mod tests;
