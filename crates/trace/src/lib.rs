@@ -34,6 +34,7 @@
 
 pub mod error;
 pub mod ids;
+mod pool_rows;
 pub mod rmm;
 
 use std::fs::File;

@@ -55,6 +55,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{TraceError, quote_field};
 use crate::ids::{IdTable, NumberError, PtrId, StreamKey, parse_number};
+use crate::pool_rows::{PoolAction, pool_id};
 
 /// Longest line accepted (bytes, without the newline): far beyond any real
 /// trace row, it keeps a file that is not a trace (no newlines for
@@ -622,52 +623,6 @@ enum Action {
     Pool(PoolAction),
     Failure,
     Other,
-}
-
-/// The rows that drive private pools, `empty_cache` and `record_stream`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PoolAction {
-    PoolBegin,
-    PoolEnd,
-    GraphBegin,
-    GraphEnd,
-    PoolRelease,
-    EmptyCache,
-    RecordStream,
-}
-
-impl PoolAction {
-    const ALL: [PoolAction; 7] = [
-        PoolAction::PoolBegin,
-        PoolAction::PoolEnd,
-        PoolAction::GraphBegin,
-        PoolAction::GraphEnd,
-        PoolAction::PoolRelease,
-        PoolAction::EmptyCache,
-        PoolAction::RecordStream,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            PoolAction::PoolBegin => "pool_begin",
-            PoolAction::PoolEnd => "pool_end",
-            PoolAction::GraphBegin => "graph_begin",
-            PoolAction::GraphEnd => "graph_end",
-            PoolAction::PoolRelease => "pool_release",
-            PoolAction::EmptyCache => "empty_cache",
-            PoolAction::RecordStream => "record_stream",
-        }
-    }
-}
-
-/// A pool row's Pointer as a number: decimal or `0x` hex, a null token
-/// (`(nil)`, `nullptr`, `NULL`) being 0; `None` if it is neither.
-fn pool_id(field: &[u8]) -> Option<u64> {
-    match parse_number(field) {
-        Ok(v) => Some(v),
-        Err(_) if [&b"(nil)"[..], b"nullptr", b"NULL"].contains(&field) => Some(0),
-        Err(_) => None,
-    }
 }
 
 #[inline]
