@@ -47,7 +47,8 @@ pub use cachalot_core::async_backend::{AsyncAllocator, AsyncOomReport, DirectMod
 pub use cachalot_core::config::{self, ConfigError, EnvSource, Overrides, Settings, Warning};
 pub use cachalot_core::{
     AllocConf, AllocError, Backend, ByteSizeError, CachingAllocator, DeviceStats, MemoryResource,
-    OomReport, Operation, SegmentInfo, Stat, StatArray, TraceEntry, format_size, parse_byte_size,
+    MempoolId, OomReport, Operation, PoolError, SegmentInfo, Stat, StatArray, StreamFilter,
+    TraceEntry, format_size, parse_byte_size,
 };
 pub use cachalot_device::{Device, DeviceError, DeviceResult, MemInfo, StreamId};
 pub use cachalot_sim::{SimConfig, SimDevice};

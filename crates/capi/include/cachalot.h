@@ -55,6 +55,26 @@ void cachalot_set_memory_fraction(double fraction, int device);
 /* set_record_stream_fn: Tensor.record_stream(stream); `ptr` is also used on `stream`. */
 void cachalot_record_stream(void *ptr, cachalot_stream_t stream);
 
+/* Private pools (CUDA-graph capture, torch.cuda.MemPool): torch's pluggable hooks
+ * set_begin_allocate_to_pool, set_end_allocate_to_pool_fn and set_release_pool take C++
+ * std::function objects, so these take the MempoolId_t as its two members and the stream
+ * filter as a C function (NULL: every stream) with a context pointer that must stay valid, and
+ * the filter callable from any thread, until the pool is ended. A C++ wrapper for torch:
+ *   a->set_release_pool([](int d, c10::cuda::MempoolId_t id) {
+ *       cachalot_release_pool(d, id.first, id.second); });
+ * Each returns 0, or -1 with torch's message in cachalot_last_error(). */
+typedef int (*cachalot_stream_filter_t)(void *ctx, cachalot_stream_t stream);
+int cachalot_begin_allocate_to_pool(int device, uint64_t first, uint64_t second,
+                                    cachalot_stream_filter_t filter, void *ctx);
+int cachalot_end_allocate_to_pool(int device, uint64_t first, uint64_t second);
+int cachalot_release_pool(int device, uint64_t first, uint64_t second);
+/* createOrIncrefPool: a MemPool object's reference. */
+int cachalot_create_or_incref_pool(int device, uint64_t first, uint64_t second);
+/* emptyCache(pool): the pool's free segments, if its count is 0; (0, 0) is the whole cache. */
+int cachalot_empty_cache_pool(int device, uint64_t first, uint64_t second);
+/* getPoolUseCount, or -1 if there is no such pool. */
+int cachalot_pool_use_count(int device, uint64_t first, uint64_t second);
+
 /* What torch's pluggable interface cannot give. Returned strings stay valid until the same
  * thread's next call of a function returning a string; NULL on failure. */
 

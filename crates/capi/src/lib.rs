@@ -27,6 +27,7 @@
 #![allow(unsafe_code)]
 
 mod host;
+mod pools;
 mod report;
 mod state;
 
