@@ -48,7 +48,8 @@ def main():
     for name in sorted(os.listdir(traces_dir)):
         if not name.endswith(".csv"):
             continue
-        text = open(os.path.join(traces_dir, name)).read()
+        with open(os.path.join(traces_dir, name)) as f:
+            text = f.read()
         actions = {line.split(",")[2].strip().lower() for line in text.splitlines()[1:] if line.count(",") >= 2}
         if not actions & set(NEW_ROWS):
             continue
@@ -62,7 +63,7 @@ def main():
             env.pop("PYTORCH_NO_CUDA_MEMORY_CACHING", None)
             seg = os.path.join(OUT, stem, scenario + ".segments.csv")
             p = subprocess.run([oracle, "--segments", seg, os.path.join(OUT, name)],
-                               env=env, capture_output=True, text=True)
+                               env=env, capture_output=True, text=True, check=False)
             if p.returncode == 65:
                 os.remove(seg) if os.path.exists(seg) else None
                 scenarios[scenario] = {"PYTORCH_CUDA_ALLOC_CONF": conf, "FAKE_CUDA_CAPACITY": capacity,
