@@ -45,6 +45,7 @@ pub use timeline::{TimePoint, Timeline, record_timeline, record_timelines};
 
 /// What can go wrong in the advisor.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AdvisorError {
     /// A configuration string torch 2.15 would reject.
     #[error("configuration '{conf}': {message}")]

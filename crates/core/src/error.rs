@@ -61,6 +61,16 @@ pub enum AllocError {
     Device(#[from] DeviceError),
 }
 
+/// A broken internal invariant of the caching allocator, found by
+/// [`crate::CachingAllocator::check_invariants`]: a bug in cachalot, never the caller's fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("allocator invariant broken: {message}")]
+#[non_exhaustive]
+pub struct InvariantError {
+    /// Which invariant, and the blocks or numbers that break it.
+    pub message: String,
+}
+
 /// What a backend may not support ([`AllocError::Unsupported`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -53,7 +53,7 @@ pub use block::PoolKind;
 pub use bytesize::{ByteSizeError, parse_byte_size};
 pub use cachalot_device::{Device, DeviceError, MemInfo, StreamId};
 pub use config::{AllocConf, Backend, CachalotOptions, Settings};
-pub use error::{AllocError, Operation};
+pub use error::{AllocError, InvariantError, Operation};
 pub use history::{History, TraceAction, TraceEntry};
 pub use mempool::{MempoolId, PoolError, PoolInfo, StreamFilter};
 pub use oom::{OomCause, OomReport, format_size};
@@ -214,8 +214,10 @@ impl<D: Device> CachingAllocator<D> {
     /// Checks every internal invariant (blocks tile segments, free sets, statistics against a
     /// recount): O(number of blocks). The `check-invariants` feature runs it after every
     /// operation; tests call it directly.
-    pub fn check_invariants(&self) -> Result<(), String> {
-        self.lock().check_invariants()
+    pub fn check_invariants(&self) -> Result<(), InvariantError> {
+        self.lock()
+            .check_invariants()
+            .map_err(|message| InvariantError { message })
     }
 
     /// Consumes the allocator and returns its device.

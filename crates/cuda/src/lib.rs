@@ -66,6 +66,7 @@ use cachalot_device::DeviceError;
 
 /// Why a [`CudaDevice`] could not be opened.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CudaInitError {
     /// `libcuda.so` is not installed or cannot be loaded.
     #[error("no CUDA driver found: {0}")]

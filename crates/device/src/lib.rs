@@ -42,6 +42,7 @@ pub struct MemHandle(pub u64);
 
 /// Why a device call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DeviceError {
     /// The device has no room: retryable after the cache is released.
     #[error("out of memory")]

@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use cachalot_core::config::parse_pytorch;
+use cachalot_core::config::{ConfigError, parse_pytorch};
 use cachalot_core::{AllocConf, TraceAction, format_size};
 use cachalot_sim::SimConfig;
 use cachalot_torchfmt::{
@@ -89,13 +89,13 @@ pub fn candidate_options(base: &AllocConf) -> Vec<String> {
 
 /// `base` with `option` added (a later key wins, as in torch's parser); cachalot's own
 /// options are kept.
-pub fn with_option(base: &AllocConf, option: &str) -> Result<AllocConf, String> {
+pub fn with_option(base: &AllocConf, option: &str) -> Result<AllocConf, ConfigError> {
     let s = if base.last_allocator_settings.trim().is_empty() {
         option.to_string()
     } else {
         format!("{},{option}", base.last_allocator_settings)
     };
-    let (mut conf, _) = parse_pytorch(&s).map_err(|e| format!("'{s}': {e}"))?;
+    let (mut conf, _) = parse_pytorch(&s)?;
     conf.cachalot = base.cachalot.clone();
     Ok(conf)
 }

@@ -168,6 +168,7 @@ impl ReplayReport {
 /// fatal `c10::Error`).
 #[derive(Debug, thiserror::Error)]
 #[error("replay stopped at trace line {line}: {}", source.torch_message().trim_end())]
+#[non_exhaustive]
 pub struct ReplayError {
     /// The trace line.
     pub line: u64,

@@ -21,6 +21,7 @@ use crate::tree::{Node, NodeId, Tree};
 /// Why a pickle could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("pickle byte {offset}: {message}")]
+#[non_exhaustive]
 pub struct PickleError {
     /// Offset of the opcode at fault.
     pub offset: usize,

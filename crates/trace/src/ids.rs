@@ -226,6 +226,7 @@ impl IdTable {
 
 /// Result of [`parse_number`]: why a field is not a `u64`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum NumberError {
     /// Not a number at all (empty, bad digit, trailing text).
     Invalid,
