@@ -10,14 +10,11 @@
 //! - in the oracle's numbers, the recommendation has no OOM where any configuration has none,
 //!   and ranks no worse than the default.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use cachalot_advisor::{CallCounts, CostModel, Evaluated, RankKey, TuneOptions, tune};
+use cachalot_testkit::fixtures;
 use serde_json::Value;
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
-}
 
 fn u(v: &Value, k: &str) -> u64 {
     v[k].as_u64()

@@ -1,7 +1,7 @@
 //! The search: deterministic whatever the thread count, consistent with plain replays, and
 //! the HTML report's structure.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use cachalot_advisor::{
     Candidate, CompareOptions, CostModel, STEP, TuneOptions, compare, fits, html, min_capacity,
@@ -10,9 +10,7 @@ use cachalot_advisor::{
 use cachalot_replay::LoadedTrace;
 
 fn trace(name: &str) -> LoadedTrace {
-    let p: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/traces")
-        .join(format!("{name}.csv.gz"));
+    let p: PathBuf = cachalot_testkit::fixture("traces").join(format!("{name}.csv.gz"));
     cachalot_replay::load_path(&p).unwrap()
 }
 

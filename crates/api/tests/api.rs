@@ -1,6 +1,5 @@
 //! The Rust API on the simulated device: buffers, streams, backends, statistics.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use cachalot::stats::{memory_stats, memory_stats_json};
@@ -164,7 +163,7 @@ fn one_allocator_per_device() {
 /// gpt2-train trace (`tests/fixtures/golden/gpt2-train/default.memory_stats.json`).
 #[test]
 fn memory_stats_keys_and_values_are_torchs() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let root = cachalot_testkit::fixtures();
     let trace = cachalot_replay::load_rmm(&root.join("traces/gpt2-train.csv.gz")).unwrap();
     let report = cachalot_replay::replay(&trace, &Default::default()).unwrap();
     let golden: Value = serde_json::from_str(

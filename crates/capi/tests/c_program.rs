@@ -22,29 +22,19 @@ fn build() -> Option<PathBuf> {
 }
 
 fn compile() -> Option<PathBuf> {
-    if Command::new("gcc").arg("--version").output().is_err() {
-        common::skip("gcc not found; the C program test needs it");
-        return None;
-    }
     let lib = library();
     let dir = lib.parent().unwrap();
     let exe = scratch("exercise");
-    let out = Command::new("gcc")
-        .args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-pthread"])
+    let mut gcc = cachalot_testkit::compiler("gcc")?;
+    gcc.args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-pthread"])
         .arg("-I")
         .arg(crate_dir().join("include"))
         .arg(crate_dir().join("tests/c/exercise.c"))
         .arg(format!("-L{}", dir.display()))
         .arg(format!("-Wl,-rpath,{}", dir.display()))
         .args(["-lcachalot_capi", "-o"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "gcc failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(&exe);
+    cachalot_testkit::succeed(&mut gcc);
     Some(exe)
 }
 

@@ -84,26 +84,20 @@ int main(void) { return 0; }
     )
     .unwrap();
     for (compiler, lang) in [("gcc", "c"), ("g++", "c++")] {
-        let out = Command::new(compiler)
-            .args([
-                "-x",
-                lang,
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-fsyntax-only",
-                "-I",
-            ])
-            .arg(crate_dir().join("include"))
-            .arg(&src)
-            .output();
-        match out {
-            Ok(o) => assert!(
-                o.status.success(),
-                "{compiler}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            ),
-            Err(_) => common::skip(&format!("{compiler} not found")),
-        }
+        let Some(mut cc) = cachalot_testkit::compiler(compiler) else {
+            continue;
+        };
+        cc.args([
+            "-x",
+            lang,
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fsyntax-only",
+            "-I",
+        ])
+        .arg(crate_dir().join("include"))
+        .arg(&src);
+        cachalot_testkit::succeed(&mut cc);
     }
 }

@@ -25,8 +25,7 @@ fn stderr(o: &Output) -> String {
 }
 
 fn fixture(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/traces")
+    cachalot_testkit::fixture("traces")
         .join(name)
         .display()
         .to_string()

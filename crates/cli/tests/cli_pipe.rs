@@ -1,13 +1,11 @@
 //! `cachalot … | head`: a reader that stops early is a normal end, not an error or a panic.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 #[test]
 fn closing_stdout_early_ends_quietly() {
-    let trace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/traces/bert-finetune-varlen.csv.gz");
+    let trace = cachalot_testkit::fixture("traces/bert-finetune-varlen.csv.gz");
     let mut child = Command::new(env!("CARGO_BIN_EXE_cachalot"))
         .args(["convert"])
         .arg(&trace)

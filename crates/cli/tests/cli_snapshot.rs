@@ -1,13 +1,10 @@
 //! The snapshot-related commands end to end: `replay --summary/--json/--snapshot/--device`,
 //! `convert` and `explain`, on the fixtures, with real values checked.
 
+use cachalot_testkit::fixtures;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
-}
 
 fn cachalot(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cachalot"))

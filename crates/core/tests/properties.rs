@@ -134,7 +134,9 @@ fn run(
             Op::SetFraction(f) => alloc.set_memory_fraction(f).unwrap(),
             Op::ResetPeak => alloc.reset_peak_stats(),
         }
-        alloc.check_invariants().map_err(|e| TestCaseError::fail(e.to_string()))?;
+        alloc
+            .check_invariants()
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
         shadow.check_disjoint().map_err(TestCaseError::fail)?;
         let s = alloc.stats();
         prop_assert_eq!(s.allocation.all().current as usize, shadow.live.len());
@@ -166,7 +168,9 @@ fn run(
         "empty_cache after freeing everything releases every byte"
     );
     prop_assert_eq!(alloc.with_device(|d| d.phys_used()), 0);
-    alloc.check_invariants().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    alloc
+        .check_invariants()
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
     Ok(())
 }
 

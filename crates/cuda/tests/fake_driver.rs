@@ -32,8 +32,8 @@ fn cuda_device_against_a_fake_driver() {
     if !cfg!(target_os = "linux") {
         return skip("the fake driver is built for Linux");
     }
-    if Command::new("gcc").arg("--version").output().is_err() {
-        return skip("gcc not found");
+    if cachalot_testkit::compiler("gcc").is_none() {
+        return;
     }
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-cuda-driver");
     std::fs::create_dir_all(&dir).unwrap();
@@ -44,20 +44,14 @@ fn cuda_device_against_a_fake_driver() {
         (dir.join("libcuda.so"), None),
         (broken.join("libcuda.so"), Some("-DFAKE_CUDA_WITHOUT_NAME")),
     ] {
-        let out = Command::new("gcc")
-            .args([
-                "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o",
-            ])
-            .arg(lib)
-            .args(define)
-            .arg(&src)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let mut gcc = Command::new("gcc");
+        gcc.args([
+            "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o",
+        ])
+        .arg(lib)
+        .args(define)
+        .arg(&src);
+        cachalot_testkit::succeed(&mut gcc);
     }
     for (test, extra, libdir) in [
         ("fake_driver_child", None, &dir),

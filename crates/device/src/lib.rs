@@ -40,9 +40,9 @@ pub struct EventId(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MemHandle(pub u64);
 
-/// Why a device call failed.
+/// Why a device call failed. Deliberately exhaustive: core translates every case into
+/// torch's text (`AllocError::torch_message`), so a new case must be handled there.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
 pub enum DeviceError {
     /// The device has no room: retryable after the cache is released.
     #[error("out of memory")]

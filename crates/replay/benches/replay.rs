@@ -4,7 +4,6 @@
 
 #![allow(missing_docs)] // criterion_group! generates an undocumented function
 
-use std::path::Path;
 use std::time::Duration;
 
 use cachalot_replay::{ReplayOptions, load_rmm, replay};
@@ -12,7 +11,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 /// Replays each trace under two configurations.
 fn bench(c: &mut Criterion) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/traces");
+    let root = cachalot_testkit::fixture("traces");
     let mut group = c.benchmark_group("replay");
     group.measurement_time(Duration::from_secs(8));
     group.sample_size(10);

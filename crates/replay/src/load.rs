@@ -312,13 +312,11 @@ pub fn load_path(path: &Path) -> Result<LoadedTrace, crate::input::LoadError> {
 
 /// Reads a trace held in memory (plain or gzip).
 pub fn load_bytes(bytes: &[u8]) -> Result<LoadedTrace, TraceError> {
-    let input: Box<dyn std::io::BufRead> = if bytes.starts_with(&[0x1f, 0x8b]) {
-        Box::new(std::io::BufReader::new(flate2::read::MultiGzDecoder::new(
-            bytes,
-        )))
-    } else {
-        Box::new(bytes)
-    };
+    let input = cachalot_trace::decompressed(bytes).map_err(|source| TraceError::Read {
+        path: "<input>".into(),
+        line: 0,
+        source,
+    })?;
     let mut b = TraceBuilder::new();
     for event in cachalot_trace::RmmReader::new(input) {
         let event = event?;

@@ -1,8 +1,6 @@
 //! cachalot's opt-in fixes (`CACHALOT_ALLOC_CONF`): what they change on real traces, and that
 //! without them the replay is torch's.
 
-use std::path::Path;
-
 use cachalot_core::config::{apply_cachalot, parse_pytorch};
 use cachalot_replay::{ReplayOptions, load_rmm, replay};
 
@@ -10,11 +8,7 @@ const GIB: i64 = 1 << 30;
 
 #[test]
 fn expandable_oversize_exempt_stops_unbounded_growth_on_random_4streams() {
-    let trace = load_rmm(
-        &Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../tests/fixtures/traces/random-4streams.csv.gz"),
-    )
-    .unwrap();
+    let trace = load_rmm(&cachalot_testkit::fixture("traces/random-4streams.csv.gz")).unwrap();
     let (torch_conf, _) = parse_pytorch("expandable_segments:True,max_split_size_mb:64").unwrap();
     let mut fixed_conf = torch_conf.clone();
     apply_cachalot(&mut fixed_conf, "expandable_oversize_exempt:True").unwrap();

@@ -6,18 +6,15 @@
 //! to run a subset (matched against `trace/scenario`).
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use cachalot_core::config::{Settings, parse_pytorch};
 use cachalot_replay::report::{ReportMeta, report_json, write_segments};
 use cachalot_replay::{ReplayOptions, load_rmm, replay};
 use cachalot_sim::SimConfig;
+use cachalot_testkit::fixtures;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
-}
 
 fn gunzip(path: &Path) -> String {
     let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -10,13 +10,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use common::{Case, Outcome, differences, oracle, run_oracle, run_ours};
 use serde_json::Value;
 
 fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reproducers")
+    cachalot_testkit::fixture("reproducers")
 }
 
 fn cases() -> Vec<(String, Case)> {

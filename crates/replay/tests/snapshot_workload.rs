@@ -13,7 +13,7 @@ use cachalot_sim::SimConfig;
 use cachalot_torchfmt::{EventOptions, FailedRequest, Format, Snapshot};
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+    cachalot_testkit::fixtures()
 }
 
 fn read(rel: &str) -> Snapshot {

@@ -48,31 +48,31 @@ pub use rmm::{Columns, Event, Record, RmmReader, open};
 /// Buffer size of the readers [`open_decompressed`] returns.
 const BUF_SIZE: usize = 256 * 1024;
 
-/// Opens a file for reading, decompressing it on the fly if it is gzip.
-///
-/// Gzip is recognised by its magic bytes (`1f 8b`), whatever the file is
-/// called; concatenated gzip members are read one after the other. Works on
-/// pipes too (the magic bytes are not read twice). Errors while reading
-/// the decompressed stream (corrupt or truncated data) surface from the
-/// returned reader as [`io::Error`]s.
-pub fn open_decompressed(path: &Path) -> Result<Box<dyn BufRead + Send>, TraceError> {
-    let open_err = |source| TraceError::Open {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut file = File::open(path).map_err(open_err)?;
+/// Whether `bytes` start like a gzip stream (magic bytes `1f 8b`): the one test for gzip,
+/// whatever a file is called.
+pub fn is_gzip(bytes: &[u8]) -> bool {
+    bytes.starts_with(&[0x1f, 0x8b])
+}
+
+/// Reads `input` decompressed if it is gzip ([`is_gzip`] on its first bytes), as it is
+/// otherwise; concatenated gzip members are read one after the other. The first bytes are not
+/// read twice, so this works on pipes. Errors while reading the decompressed stream (corrupt
+/// or truncated data) surface from the returned reader as [`io::Error`]s.
+pub fn decompressed<'a, R: Read + Send + 'a>(
+    mut input: R,
+) -> io::Result<Box<dyn BufRead + Send + 'a>> {
     let mut magic = [0u8; 2];
     let mut n = 0;
     while n < magic.len() {
-        match file.read(&mut magic[n..]) {
+        match input.read(&mut magic[n..]) {
             Ok(0) => break,
             Ok(k) => n += k,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(open_err(e)),
+            Err(e) => return Err(e),
         }
     }
-    let input = io::Cursor::new(magic).take(n as u64).chain(file);
-    Ok(if magic[..n] == [0x1f, 0x8b] {
+    let input = io::Cursor::new(magic).take(n as u64).chain(input);
+    Ok(if is_gzip(&magic[..n]) {
         Box::new(BufReader::with_capacity(
             BUF_SIZE,
             flate2::read::MultiGzDecoder::new(input),
@@ -80,4 +80,13 @@ pub fn open_decompressed(path: &Path) -> Result<Box<dyn BufRead + Send>, TraceEr
     } else {
         Box::new(BufReader::with_capacity(BUF_SIZE, input))
     })
+}
+
+/// Opens a file for reading, decompressing it on the fly if it is gzip ([`decompressed`]).
+pub fn open_decompressed(path: &Path) -> Result<Box<dyn BufRead + Send>, TraceError> {
+    let open_err = |source| TraceError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    decompressed(File::open(path).map_err(open_err)?).map_err(open_err)
 }

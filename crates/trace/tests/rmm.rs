@@ -1,7 +1,5 @@
 //! RMM CSV reader: format rules, line numbers, errors, gzip.
 
-mod common;
-
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 
@@ -9,7 +7,6 @@ use cachalot_trace::{
     Columns, Event, IdName, PtrId, Record, RmmReader, StreamKey, TraceError, open,
     open_decompressed,
 };
-use common::{OracleStats, read_stats};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 
@@ -721,26 +718,11 @@ fn open_errors() {
 }
 
 #[test]
-fn stats_of_small_trace() {
-    let text = format!(
-        "{HEADER}1,0,alloc,1,10,0\n1,0,alloc,1,0,s\n1,0,free,1,0,0\n1,0,free,1,0,0\n\
-         1,0,allocate failure,2,5,0\n1,0,x,2,5,0\n1,0,alloc,3,7,0x9\n"
-    );
-    let s = read_stats(RmmReader::new(text.as_bytes())).unwrap();
-    assert_eq!(
-        s,
-        OracleStats {
-            lines: 7,
-            allocs: 3,
-            frees: 1,
-            zero_size_allocs: 1,
-            unmatched_frees: 1,
-            duplicate_alloc_ids: 1,
-            trace_alloc_failures: 1,
-            other_rows: 1,
-            live_at_end: 1,
-            streams: 2,
-            bytes_requested: 17,
-        }
-    );
+fn a_bad_size_is_a_parse_error_with_its_line() {
+    let e = RmmReader::new(&b"1,0,alloc,1,x,0\n"[..])
+        .next()
+        .unwrap()
+        .unwrap_err();
+    assert!(e.is_parse_error(), "{e}");
+    assert_eq!(e.line(), Some(1));
 }

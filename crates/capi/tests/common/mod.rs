@@ -76,9 +76,4 @@ pub fn clean_env(cmd: &mut Command) {
     }
 }
 
-/// Says why (part of) a test does not run. Written to stderr directly: libtest captures
-/// `eprintln!`, and the reason for a skip should show in a plain `cargo test`.
-pub fn skip(why: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
-}
+pub use cachalot_testkit::skip;

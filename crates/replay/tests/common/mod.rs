@@ -9,7 +9,7 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use cachalot_core::config::{NO_CUDA_CACHING_VAR, NO_HIP_CACHING_VAR, Overrides, Settings};
@@ -19,28 +19,7 @@ use cachalot_sim::SimConfig;
 use serde_json::Value;
 
 /// The oracle command, if it is set up beside the checkout (or named by `CACHALOT_ORACLE`).
-pub fn oracle() -> Result<PathBuf, String> {
-    let path = match std::env::var_os("CACHALOT_ORACLE") {
-        Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/oracle/oracle"),
-    };
-    if !path.exists() {
-        return Err(format!("no oracle at {}", path.display()));
-    }
-    let setup = path.with_file_name("setup.sh");
-    let ok = Command::new(&setup)
-        .arg("--check")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        return Err(format!(
-            "oracle not set up ({} --check fails)",
-            setup.display()
-        ));
-    }
-    Ok(path)
-}
+pub use cachalot_testkit::oracle;
 
 /// One replay setting.
 #[derive(Clone, Debug, Default)]

@@ -3,17 +3,13 @@
 #![allow(dead_code)]
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use cachalot_core::config::parse_pytorch;
 use cachalot_replay::{LoadedTrace, ReplayOptions, ReplayReport, load_rmm, replay};
 use cachalot_sim::SimConfig;
+pub use cachalot_testkit::fixtures;
 use serde_json::Value;
-
-/// `tests/fixtures` at the workspace root.
-pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
-}
 
 /// A file's bytes, gunzipped when it is gzip.
 pub fn read(path: &Path) -> Vec<u8> {

@@ -1,53 +1,40 @@
-//! Agreement with the oracle (`shared/oracle`): the real traces in
-//! `shared/traces` against `trace_stats` recorded from the oracle, and a
-//! corpus of edge cases run through the oracle itself when it is set up.
-//!
-//! Tests skip (with a note on stderr) when `shared/` or the oracle's build is
-//! not there.
+//! The oracle's `trace_stats`, computed where cachalot computes them (`load.rs`): the real
+//! traces in `shared/traces` against `trace_stats` recorded from the oracle, and a corpus of
+//! edge cases run through the oracle itself when it is set up (`cachalot_testkit::oracle`).
+//! The statistics are reported with the same function the reports use
+//! ([`trace_stats_json`]).
 
-mod common;
-
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use cachalot_trace::{RmmReader, TraceError, open};
-use common::{OracleStats, read_stats};
+use cachalot_replay::report::trace_stats_json;
+use cachalot_replay::{load_bytes, load_rmm};
+use cachalot_testkit::{oracle, shared, skip};
+use serde_json::{Value, json};
 
-/// `shared/` beside the repository (`CACHALOT_SHARED` overrides).
-fn shared() -> Option<PathBuf> {
-    let dir = std::env::var_os("CACHALOT_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
-    dir.is_dir().then_some(dir)
-}
+/// The keys of `trace_stats`, in the oracle's order.
+const KEYS: [&str; 11] = [
+    "lines",
+    "allocs",
+    "frees",
+    "zero_size_allocs",
+    "unmatched_frees",
+    "duplicate_alloc_ids",
+    "trace_alloc_failures",
+    "other_rows",
+    "live_at_end",
+    "streams",
+    "bytes_requested",
+];
 
-fn stats(v: [u64; 11]) -> OracleStats {
-    let [
-        lines,
-        allocs,
-        frees,
-        zero_size_allocs,
-        unmatched_frees,
-        duplicate_alloc_ids,
-        trace_alloc_failures,
-        other_rows,
-        live_at_end,
-        streams,
-        bytes_requested,
-    ] = v;
-    OracleStats {
-        lines,
-        allocs,
-        frees,
-        zero_size_allocs,
-        unmatched_frees,
-        duplicate_alloc_ids,
-        trace_alloc_failures,
-        other_rows,
-        live_at_end,
-        streams,
-        bytes_requested,
-    }
+/// `trace_stats` from its values, in [`KEYS`] order.
+fn stats(v: [u64; 11]) -> Value {
+    Value::Object(
+        KEYS.iter()
+            .zip(v)
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect(),
+    )
 }
 
 /// `trace_stats` printed by the oracle for each trace (lines, allocs, frees,
@@ -127,18 +114,29 @@ const RECORDED: &[(&str, [u64; 11])] = &[
 #[test]
 fn real_traces_match_recorded_oracle_stats() {
     let Some(shared) = shared() else {
-        eprintln!("skipped: no shared/ directory");
-        return;
+        return skip("no shared/ directory");
     };
     for (name, want) in RECORDED {
         let path = shared.join("traces").join(name);
         if !path.exists() {
-            eprintln!("skipped: {} missing", path.display());
+            skip(format!("{} missing", path.display()));
             continue;
         }
-        let got = read_stats(open(&path).unwrap()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(got, stats(*want), "{name}");
+        let got = load_rmm(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(trace_stats_json(&got.stats), stats(*want), "{name}");
     }
+}
+
+#[test]
+fn stats_of_a_small_trace() {
+    let text = "Thread,Time,Action,Pointer,Size,Stream\n1,0,alloc,1,10,0\n1,0,alloc,1,0,s\n\
+                1,0,free,1,0,0\n1,0,free,1,0,0\n1,0,allocate failure,2,5,0\n1,0,x,2,5,0\n\
+                1,0,alloc,3,7,0x9\n";
+    let t = load_bytes(text.as_bytes()).unwrap();
+    assert_eq!(
+        trace_stats_json(&t.stats),
+        stats([7, 3, 1, 1, 1, 1, 1, 1, 1, 2, 17])
+    );
 }
 
 /// Edge cases, each compared with the oracle's verdict. The `g*` cases come
@@ -220,11 +218,10 @@ const CORPUS: &[(&str, &[u8])] = &[
     ("g0023", b"Thread,Time,Action,Pointer,Size\n1,0,mallocx,1,1,0x6\n\n 1\t,0,malloc,1,1048576\n\"1\",0, Alloc\t,18446744073709551615,1048576,0x5\n"),
 ];
 
-/// The oracle's verdict on a trace: its `trace_stats`, or the line of its
-/// exit-65 error.
-#[derive(Debug, PartialEq, Eq)]
+/// The oracle's verdict on a trace: its `trace_stats`, or the line of its exit-65 error.
+#[derive(Debug, PartialEq)]
 enum Verdict {
-    Stats(OracleStats),
+    Stats(Value),
     ErrorAt(u64),
 }
 
@@ -232,12 +229,10 @@ fn oracle_verdict(oracle: &Path, trace: &Path) -> Option<Verdict> {
     let out = Command::new(oracle).arg(trace).output().ok()?;
     match out.status.code() {
         Some(0) => {
-            let json: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-            let ts = &json["trace_stats"];
-            let s = OracleStats::default();
+            let json: Value = serde_json::from_slice(&out.stdout).ok()?;
             let mut v = [0u64; 11];
-            for (slot, (key, _)) in v.iter_mut().zip(s.fields()) {
-                *slot = ts[key].as_u64()?;
+            for (slot, key) in v.iter_mut().zip(KEYS) {
+                *slot = json["trace_stats"][key].as_u64()?;
             }
             Some(Verdict::Stats(stats(v)))
         }
@@ -258,8 +253,8 @@ fn oracle_verdict(oracle: &Path, trace: &Path) -> Option<Verdict> {
 }
 
 fn my_verdict(data: &[u8]) -> Verdict {
-    match read_stats(RmmReader::new(data)) {
-        Ok(s) => Verdict::Stats(s),
+    match load_bytes(data) {
+        Ok(t) => Verdict::Stats(trace_stats_json(&t.stats)),
         Err(e) => {
             assert!(e.is_parse_error(), "{e}");
             let line = e.line().unwrap();
@@ -271,21 +266,12 @@ fn my_verdict(data: &[u8]) -> Verdict {
 
 #[test]
 fn edge_cases_match_the_oracle() {
-    let Some(shared) = shared() else {
-        eprintln!("skipped: no shared/ directory");
-        return;
+    let oracle = match oracle() {
+        Ok(o) => o,
+        Err(why) => return skip(why),
     };
-    let oracle = shared.join("oracle/oracle");
-    let dir = std::env::temp_dir().join(format!("cachalot-trace-oracle-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("cachalot-trace-stats-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    // Is the oracle built? (It exits 69 when not.)
-    let probe = dir.join("probe.csv");
-    std::fs::write(&probe, "1,0,alloc,1,8,0\n").unwrap();
-    if oracle_verdict(&oracle, &probe).is_none() {
-        eprintln!("skipped: the oracle is not set up (shared/oracle/setup.sh)");
-        let _ = std::fs::remove_dir_all(&dir);
-        return;
-    }
     let mut failures = Vec::new();
     for (name, data) in CORPUS {
         let path = dir.join(format!("{name}.csv"));
@@ -301,15 +287,10 @@ fn edge_cases_match_the_oracle() {
 }
 
 #[test]
-fn corpus_reads_without_the_oracle() {
-    // Whatever the oracle says, every case reads to an end without panicking,
-    // and errors are parse errors with a line.
+fn corpus_loads_without_the_oracle() {
+    // Whatever the oracle says, every case reads to an end without panicking, and errors are
+    // parse errors with a line.
     for (_, data) in CORPUS {
         let _ = my_verdict(data);
     }
-    let e: TraceError = RmmReader::new(&b"1,0,alloc,1,x,0\n"[..])
-        .next()
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(e.line(), Some(1));
 }
