@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # All tests, Rust and Python (the README's test command; .ci/run calls it):
-#   1. cargo test --workspace;
+#   1. cargo test --workspace --release (the release profile, shared with the README's
+#      `cargo run --release` and with maturin's build: one compilation, not two);
 #   2. the Python package: the wheel built with maturin, its native module put in place
 #      under python/cachalot/, ruff, then pytest tests/python;
 #   3. the wheel installed in a fresh venv with no Rust toolchain on PATH, running
@@ -8,7 +9,7 @@
 # The venv with maturin/pytest/ruff is set up outside the clone (scripts/python_env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --workspace
+cargo test --workspace --release
 
 PY="$(scripts/python_env.sh | tail -n 1)"
 BIN="$(dirname "$PY")"

@@ -14,7 +14,7 @@ use std::error::Error;
 
 use cachalot::{Allocator, Device, DeviceBuffer, Settings, SimConfig, SimDevice, StreamId};
 
-const MIB: u64 = 1 << 20;
+const MIB: usize = 1 << 20;
 
 /// Ten steps of a small model; returns the buffers still alive (the parameters).
 fn train<D: Device>(alloc: &Allocator<D>) -> Result<Vec<DeviceBuffer<D>>, Box<dyn Error>> {
@@ -24,7 +24,7 @@ fn train<D: Device>(alloc: &Allocator<D>) -> Result<Vec<DeviceBuffer<D>>, Box<dy
     let params: Vec<_> = (0..8)
         .map(|i| alloc.alloc((4 + i) * MIB, compute))
         .collect::<Result<_, _>>()?;
-    for step in 0..10u64 {
+    for step in 0..10usize {
         // The batch arrives on the loader stream and is used by the compute stream.
         let batch = alloc.alloc(6 * MIB + step * 4096, loader)?;
         batch.record_stream(compute)?;
@@ -39,32 +39,32 @@ fn train<D: Device>(alloc: &Allocator<D>) -> Result<Vec<DeviceBuffer<D>>, Box<dy
         }
         drop(acts);
         drop(batch);
-        let s = alloc.memory_stats()?;
+        let s = alloc.stats()?;
         println!(
             "step {step}: allocated {:>9}  reserved {:>9}  device allocations {}",
-            cachalot::format_size(s["allocated_bytes.all.current"] as u64),
-            cachalot::format_size(s["reserved_bytes.all.current"] as u64),
-            s["num_device_alloc"],
+            cachalot::format_size(s.allocated_bytes.all().current as u64),
+            cachalot::format_size(s.reserved_bytes.all().current as u64),
+            s.num_device_alloc,
         );
     }
     Ok(params)
 }
 
 fn report<D: Device>(alloc: &Allocator<D>) -> Result<(), Box<dyn Error>> {
-    let s = alloc.memory_stats()?;
+    let s = alloc.stats()?;
     println!(
         "backend {:?}: peak allocated {}, peak reserved {}, {} device allocations, {} retries",
         alloc.backend(),
-        cachalot::format_size(s["allocated_bytes.all.peak"] as u64),
-        cachalot::format_size(s["reserved_bytes.all.peak"] as u64),
-        s["num_device_alloc"],
-        s["num_alloc_retries"],
+        cachalot::format_size(s.allocated_bytes.all().peak as u64),
+        cachalot::format_size(s.reserved_bytes.all().peak as u64),
+        s.num_device_alloc,
+        s.num_alloc_retries,
     );
     alloc.empty_cache()?;
-    let s = alloc.memory_stats()?;
+    let s = alloc.stats()?;
     println!(
         "after empty_cache: reserved {}",
-        cachalot::format_size(s["reserved_bytes.all.current"] as u64)
+        cachalot::format_size(s.reserved_bytes.all().current as u64)
     );
     Ok(())
 }
@@ -84,7 +84,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             // The memory is real: write a pattern into a parameter and read it back.
             let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 31 % 251) as u8).collect();
             let mut back = vec![0u8; pattern.len()];
-            let p = params[3].as_ptr();
+            let p = params[3].device_ptr();
             alloc.with_device(|d| d.copy_to_device(p, &pattern))?;
             alloc.with_device(|d| d.copy_from_device(p, &mut back))?;
             assert_eq!(back, pattern, "device memory round trip");

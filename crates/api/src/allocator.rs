@@ -64,8 +64,8 @@ impl<D: Device> Allocator<D> {
 
     /// Allocates `size` bytes for use on `stream`, returned to the allocator when the buffer
     /// is dropped. A size of 0 gives an empty buffer at address 0.
-    pub fn alloc(&self, size: u64, stream: StreamId) -> Result<DeviceBuffer<D>> {
-        let ptr = self.malloc(size, stream)?;
+    pub fn alloc(&self, size: usize, stream: StreamId) -> Result<DeviceBuffer<D>> {
+        let ptr = self.malloc(size as u64, stream)?;
         Ok(DeviceBuffer {
             alloc: self.clone(),
             ptr,
@@ -179,30 +179,26 @@ impl<D: Device> Allocator<D> {
 
 /// Device memory from an [`Allocator`], returned to it when dropped.
 ///
-/// The buffer is a raw device allocation: [`DeviceBuffer::as_ptr`] is the `CUdeviceptr` to
-/// give to kernels, cuBLAS or cudarc's raw functions, in stream order on
-/// [`DeviceBuffer::stream`]. It holds a clone of its allocator, so it may outlive the
+/// The buffer is a raw device allocation: [`DeviceBuffer::device_ptr`] is the `CUdeviceptr`
+/// to give to kernels, cuBLAS or cudarc's raw functions, in stream order on
+/// [`DeviceBuffer::stream`] (for a typed buffer that cudarc takes directly, see
+/// `Allocator::alloc_on`, feature `cuda`). It holds a clone of its allocator, so it may outlive the
 /// [`Allocator`] value it came from.
 pub struct DeviceBuffer<D: Device> {
     alloc: Allocator<D>,
     ptr: u64,
-    len: u64,
+    len: usize,
     stream: StreamId,
 }
 
 impl<D: Device> DeviceBuffer<D> {
-    /// The device address (0 for an empty buffer).
-    pub fn as_ptr(&self) -> u64 {
-        self.ptr
-    }
-
-    /// The device address as the driver API types it.
+    /// The device address, as the driver API types it (0 for an empty buffer).
     pub fn device_ptr(&self) -> CUdeviceptr {
         self.ptr
     }
 
     /// The size asked for, in bytes (the block behind it may be larger).
-    pub fn len(&self) -> u64 {
+    pub fn len(&self) -> usize {
         self.len
     }
 

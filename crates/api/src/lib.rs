@@ -1,44 +1,88 @@
-//! PyTorch's CUDA caching allocator for Rust ML code (candle, burn, or plain cudarc).
+//! # cachalot
+//!
+//! PyTorch's CUDA caching allocator (torch 2.15's algorithm, decision for decision) for Rust
+//! ML code: candle, burn, or plain [cudarc](https://crates.io/crates/cudarc).
 //!
 //! An [`Allocator`] is one GPU's allocator, configured exactly like PyTorch's
-//! (`PYTORCH_CUDA_ALLOC_CONF`, or cachalot's `CACHALOT_ALLOC_CONF`, or a string in code). It
-//! hands out [`DeviceBuffer`]s: RAII device memory, returned to the cache when dropped, usable
-//! as a raw `CUdeviceptr` with any CUDA library. [`Allocators`] holds one allocator per GPU.
+//! (`PYTORCH_CUDA_ALLOC_CONF`, cachalot's `CACHALOT_ALLOC_CONF`, or a string in code, all read
+//! by [`Settings`]). It hands out RAII device memory that goes back to the cache when dropped:
+//! [`DeviceBuffer`] (bytes, any device) and, with the `cuda` feature, `CudaBuffer<T>` (typed,
+//! on a cudarc `CudaStream`, usable wherever cudarc takes a device slice and as a kernel
+//! argument). [`Allocators`] holds one allocator per GPU. Statistics are torch's
+//! ([`DeviceStats`], the numbers of `torch.cuda.memory_stats()`).
 //!
 //! The backend follows the configuration, as in torch 2.15: the caching allocator
 //! (`backend:native`, the default), the driver's stream-ordered pool
 //! (`backend:cudaMallocAsync`), or plain `cudaMalloc`/`cudaFree`
-//! (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`).
+//! (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`); see [`Backend`].
 //!
-//! Everything is generic over [`Device`], so it runs on the simulated GPU of
-//! [`cachalot_sim`] as well as on a real one ([`CudaDevice`], feature `cuda`, on by default; it
-//! loads the CUDA driver at run time, so building needs no CUDA).
+//! ## Example
+//!
+//! Everything is generic over [`Device`]: this runs on the simulated GPU of [`cachalot_sim`];
+//! on a real one use [`CudaDevice`] (feature `cuda`).
 //!
 //! ```
 //! use cachalot::{Allocator, Settings, SimConfig, SimDevice, StreamId};
 //!
-//! let settings = Settings::parse("expandable_segments:True").unwrap();
-//! let alloc = Allocator::new(&settings, SimDevice::new(SimConfig::default())).unwrap();
-//! let buf = alloc.alloc(3 << 20, StreamId::DEFAULT).unwrap();
-//! let raw: u64 = buf.as_ptr(); // a CUdeviceptr for cudarc, cuBLAS, your kernels, ...
-//! assert_ne!(raw, 0);
-//! drop(buf); // back to the cache
-//! let stats = alloc.memory_stats().unwrap();
-//! assert_eq!(stats["allocated_bytes.all.current"], 0);
-//! assert_eq!(stats["reserved_bytes.all.current"], 20 << 20);
-//! alloc.empty_cache().unwrap();
-//! assert_eq!(alloc.memory_stats().unwrap()["reserved_bytes.all.current"], 0);
+//! let settings = Settings::parse("expandable_segments:True")?;
+//! let alloc = Allocator::new(&settings, SimDevice::new(SimConfig::default()))?;
+//! let buf = alloc.alloc(3 << 20, StreamId::DEFAULT)?;
+//! assert_eq!(buf.len(), 3 << 20);
+//! drop(buf); // back to the cache, not to the device
+//! let stats = alloc.stats()?;
+//! assert_eq!(stats.allocated_bytes.all().current, 0);
+//! assert_eq!(stats.reserved_bytes.all().current, 20 << 20); // one 20 MiB page mapped
+//! alloc.empty_cache()?;
+//! assert_eq!(alloc.stats()?.reserved_bytes.all().current, 0);
+//! # Ok::<(), cachalot::Error>(())
 //! ```
 //!
-//! With cudarc, a buffer's pointer and stream are raw driver handles: pass
-//! [`DeviceBuffer::device_ptr`] where a `CUdeviceptr` is expected, and allocate on the stream
-//! your kernels run on (`StreamId(stream.cu_stream() as u64)`). Free order follows PyTorch's
-//! rules: a buffer used on another stream than its own must be told so with
-//! [`DeviceBuffer::record_stream`] before it is dropped.
+//! With cudarc (feature `cuda`; `examples/cudarc_kernel.rs` runs a kernel on a cachalot buffer):
+//!
+//! ```no_run
+//! # #[cfg(feature = "cuda")] {
+//! use cachalot::cudarc::driver::CudaContext;
+//! use cachalot::{Allocator, CudaDevice, Settings};
+//!
+//! let ctx = CudaContext::new(0).unwrap();
+//! let stream = ctx.new_stream().unwrap();
+//! let alloc = Allocator::new(&Settings::from_env().unwrap(), CudaDevice::new(0).unwrap()).unwrap();
+//! let mut buf = alloc.alloc_on::<f32>(&stream, 1024).unwrap();
+//! stream.memcpy_htod(&vec![1.0f32; 1024], &mut buf).unwrap(); // any cudarc copy or launch
+//! let back: Vec<f32> = stream.clone_dtoh(&buf).unwrap();
+//! assert_eq!(back[0], 1.0);
+//! # }
+//! ```
+//!
+//! ## Feature flags
+//!
+//! - `cuda` (default): real GPUs through the CUDA driver, loaded at run time (building needs
+//!   no CUDA toolkit or driver; without a driver [`CudaDevice::new`] returns an error), and
+//!   the cudarc interop: `CudaBuffer<T>`, `Allocator::alloc_on`, `stream_id`, and
+//!   `cachalot::cudarc` (the cudarc this crate was built with).
+//!
+//! ## Error model
+//!
+//! Every fallible call returns [`Error`] (`#[non_exhaustive]`): [`Error::Alloc`] wraps core's
+//! one allocator error [`AllocError`], the same for every backend, whose out-of-memory cases
+//! display torch 2.15's exact message ([`Error::is_out_of_memory`]); [`Error::Config`] is a
+//! configuration torch would reject, quoting the entry and saying what is valid
+//! ([`ConfigError::torch_message`] is torch's own text). Nothing panics on bad input, and a
+//! failed call leaves the allocator as it was. A free that fails when a buffer is dropped
+//! cannot return its error: it is counted ([`Allocator::drop_errors`]) and printed on stderr.
+//!
+//! Stream rules are PyTorch's: memory belongs to the stream it was allocated on; a buffer
+//! used on another stream must be told so ([`DeviceBuffer::record_stream`]; `CudaBuffer` does
+//! it when cudarc asks for its pointer on another stream) so that its memory is not reused
+//! before that stream's work completes.
 
-#![forbid(unsafe_code)]
+// Unsafe only in `cudarc_buffer.rs`: implementing cudarc's `PushKernelArg` is an `unsafe impl`
+// (each one carries a `// SAFETY:` comment). Everything else is safe code.
+#![deny(unsafe_code)]
 
 mod allocator;
+#[cfg(feature = "cuda")]
+mod cudarc_buffer;
 pub mod stats;
 
 pub use allocator::{Allocator, Allocators, DeviceBuffer};
@@ -55,6 +99,10 @@ pub use cachalot_sim::{SimConfig, SimDevice};
 
 #[cfg(feature = "cuda")]
 pub use cachalot_cuda::{CudaDevice, CudaInitError, device_count as cuda_device_count};
+#[cfg(feature = "cuda")]
+pub use cudarc;
+#[cfg(feature = "cuda")]
+pub use cudarc_buffer::{CudaBuffer, stream_id};
 
 /// A raw device address, as the CUDA driver API (and cudarc's `sys`) types it.
 pub type CUdeviceptr = u64;
@@ -71,6 +119,14 @@ pub enum Error {
     /// would raise).
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// `len` elements of `elem` bytes do not fit in a `usize`.
+    #[error("cannot allocate {len} elements of {elem} bytes: the size overflows")]
+    TooLarge {
+        /// Elements asked for.
+        len: usize,
+        /// Bytes per element.
+        elem: usize,
+    },
     /// The CUDA driver or a GPU could not be opened (feature `cuda`).
     #[cfg(feature = "cuda")]
     #[error(transparent)]

@@ -6,7 +6,7 @@ use cachalot::stats::{memory_stats, memory_stats_json};
 use cachalot::{Allocator, Allocators, Backend, Settings, SimConfig, SimDevice, StreamId};
 use serde_json::Value;
 
-const MIB: u64 = 1 << 20;
+const MIB: usize = 1 << 20;
 
 fn sim(capacity: u64) -> SimDevice {
     SimDevice::new(SimConfig::with_capacity(capacity))
@@ -22,16 +22,15 @@ fn buffers_return_to_the_cache_when_dropped() {
         (a.len(), a.stream(), a.is_empty()),
         (3 * MIB, StreamId(7), false)
     );
-    assert_eq!(a.device_ptr(), a.as_ptr());
     let s = alloc.memory_stats().unwrap();
     assert_eq!(s["allocated_bytes.all.current"], (3 * MIB + 1024) as i64);
     assert_eq!(s["reserved_bytes.all.current"], 22 * MIB as i64); // 20 MiB + 2 MiB segments
     assert_eq!(s["allocation.all.current"], 2);
-    let addr = a.as_ptr();
+    let addr = a.device_ptr();
     drop(a);
     // The freed block is reused for the same stream: same address, no new segment.
     let c = alloc.alloc(3 * MIB, StreamId(7)).unwrap();
-    assert_eq!(c.as_ptr(), addr);
+    assert_eq!(c.device_ptr(), addr);
     assert_eq!(alloc.stats().unwrap().num_device_alloc, 2);
     drop((b, c));
     let s = alloc.memory_stats().unwrap();
@@ -44,7 +43,7 @@ fn buffers_return_to_the_cache_when_dropped() {
     );
     assert_eq!(alloc.drop_errors(), 0);
     let empty = alloc.alloc(0, StreamId::DEFAULT).unwrap();
-    assert!(empty.is_empty() && empty.as_ptr() == 0);
+    assert!(empty.is_empty() && empty.device_ptr() == 0);
 }
 
 #[test]
@@ -74,7 +73,7 @@ fn record_stream_delays_reuse_until_the_free() {
 
 #[test]
 fn out_of_memory_has_torchs_message_for_each_backend() {
-    let native = Allocator::new(&Settings::default(), sim(64 * MIB)).unwrap();
+    let native = Allocator::new(&Settings::default(), sim(64 << 20)).unwrap();
     let _keep = native.alloc(40 * MIB, StreamId::DEFAULT).unwrap();
     let e = native.alloc(40 * MIB, StreamId::DEFAULT).unwrap_err();
     assert!(e.is_out_of_memory());
@@ -84,7 +83,7 @@ fn out_of_memory_has_torchs_message_for_each_backend() {
         "{e}"
     );
     let settings = Settings::parse("backend:cudaMallocAsync").unwrap();
-    let pool = Allocator::new(&settings, sim(64 * MIB)).unwrap();
+    let pool = Allocator::new(&settings, sim(64 << 20)).unwrap();
     assert_eq!(pool.backend(), Backend::CudaMallocAsync);
     let _keep = pool.alloc(40 * MIB, StreamId::DEFAULT).unwrap();
     let e = pool.alloc(40 * MIB, StreamId::DEFAULT).unwrap_err();
@@ -122,7 +121,7 @@ fn many_threads_and_streams_share_one_allocator() {
             std::thread::spawn(move || {
                 let mut live = Vec::new();
                 for i in 0..500u64 {
-                    let size = 512 + (i * 7919 + t * 104_729) % (4 * MIB);
+                    let size = 512 + ((i * 7919 + t * 104_729) % (4 * MIB as u64)) as usize;
                     live.push(alloc.alloc(size, StreamId(t % 3)).unwrap());
                     if i % 3 == 0 {
                         live.swap_remove((i as usize * 31) % live.len());

@@ -61,7 +61,7 @@ impl Fault {
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("error in {var} entry '{entry}': {reason}")]
 pub struct ConfigError {
-    /// The variable the string came from (`PYTORCH_CUDA_ALLOC_CONF` for [`parse_pytorch`]).
+    /// The variable the string came from (`PYTORCH_CUDA_ALLOC_CONF` for [`super::parse_pytorch`]).
     pub var: &'static str,
     /// The offending entry as written (`max_split_size_mb:10`).
     pub entry: String,

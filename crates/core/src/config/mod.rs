@@ -9,7 +9,7 @@
 //! torch's number readers), `tokenizer` (torch's `ConfigTokenizer`), `walker` (one pass's index
 //! arithmetic and bookkeeping), `passes` (torch's load-time scan and its two passes, and the
 //! public parse functions), `environment` (which variables torch reads, the no-caching
-//! variables, and [`resolve`], the one place the process environment becomes a configuration),
+//! variables, and [`Settings::resolve`], the one place the process environment becomes a configuration),
 //! `errors` ([`ConfigError`], [`Warning`]).
 
 mod environment;
