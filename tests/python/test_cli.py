@@ -96,3 +96,17 @@ def test_the_native_module_exports_the_allocator_for_torch():
     lib = ctypes.CDLL(cachalot._native.__file__)
     for name in ("cachalot_malloc", "cachalot_free", "cachalot_memory_stats_json"):
         assert hasattr(lib, name), name
+
+
+def test_a_closed_stdout_ends_quietly():
+    # `true` exits at once: the command writes into a pipe nobody reads (EPIPE under Python).
+    cmd = " ".join([*cachalot_cli(), "config", "max_split_size_mb:128", "|", "true"])
+    p = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", cmd],
+        env=package_env(),
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "panicked" not in p.stderr and "Traceback" not in p.stderr, p.stderr

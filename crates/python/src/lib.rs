@@ -19,6 +19,7 @@ use cachalot_capi as _;
 /// returns its exit status. Output goes to the process's stdout and stderr, as the binary's.
 #[pyfunction]
 fn cli_main(py: Python<'_>, argv: Vec<String>) -> u8 {
+    quiet_closed_stdout();
     py.detach(move || {
         let code = std::panic::catch_unwind(|| cachalot_cli::run(argv));
         match code {
@@ -39,6 +40,27 @@ fn cli_main(py: Python<'_>, argv: Vec<String>) -> u8 {
             }
         }
     })
+}
+
+/// `println!` panics when stdout is a closed pipe (`cachalot ... | head`; Python ignores
+/// SIGPIPE, so the write fails instead of ending the process); like the Rust binary, that is a
+/// quiet normal end, not a backtrace. Other panics still reach the previous hook.
+fn quiet_closed_stdout() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let msg = info
+                .payload()
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| info.payload().downcast_ref::<&str>().copied())
+                .unwrap_or_default();
+            if !cachalot_cli::is_closed_stdout_panic(msg) {
+                previous(info);
+            }
+        }));
+    });
 }
 
 /// The subcommands the Rust CLI serves (the Python front end adds its own).
