@@ -100,9 +100,21 @@ impl<'t, 's> Walk<'t, 's> {
 
     pub(super) fn missing(&self, at: usize, line: u32) -> Failure {
         let key = self.key_text();
-        let reason = match is_sep(key) {
-            true => format!("stray '{key}': entries are key:value pairs separated by ','"),
-            false => format!("'{key}' is missing its value: write {key}:<value>"),
+        let reason = if is_sep(key) {
+            format!("stray '{key}': entries are key:value pairs separated by ','")
+        } else if key.contains('=') {
+            format!(
+                "'{key}': use ':' between a key and its value, not '=' (write {})",
+                key.replacen('=', ":", 1)
+            )
+        } else if self.t.src.contains(';') {
+            format!(
+                "options are separated by ',', not ';' (write {}); use ':' between a key and its \
+                 value",
+                self.t.src.replace(';', ",")
+            )
+        } else {
+            format!("'{key}' is missing its value: write {key}:<value>")
         };
         self.fail(at, Fault::out_of_bounds(line), reason)
     }

@@ -333,6 +333,21 @@ fn error_display_quotes_the_entry_and_says_what_is_valid() {
         e(",x:1"),
         "error in PYTORCH_CUDA_ALLOC_CONF entry ',': stray ',': entries are key:value pairs separated by ','"
     );
+    // Slips get the fix that was meant: ':' between key and value, ',' between options.
+    assert!(
+        e("max_split_size_mb=128").contains(
+            "'max_split_size_mb=128': use ':' between a key and its value, not '=' (write max_split_size_mb:128)"
+        ),
+        "{}",
+        e("max_split_size_mb=128")
+    );
+    let semi = e("expandable_segments:True;max_split_size_mb:128");
+    assert!(
+        semi.contains(
+            "options are separated by ',', not ';' (write expandable_segments:True,max_split_size_mb:128)"
+        ),
+        "{semi}"
+    );
     let unknown = e("no_such_key:1");
     assert!(unknown.starts_with("error in PYTORCH_CUDA_ALLOC_CONF entry 'no_such_key:1': unknown key 'no_such_key'; valid keys: backend, max_split_size_mb,"), "{unknown}");
     assert!(!unknown.contains("research_after_flush"));
