@@ -98,7 +98,7 @@ fn bench_rejects_an_unknown_configuration_label() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("nonsense") || err.contains("the labels are"),
+        err.contains("'nonsense'") && err.contains("the labels are"),
         "{err}"
     );
 }

@@ -319,7 +319,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if configs.is_empty() {
         let labels: Vec<_> = CONFIGS.iter().map(|c| c.0).collect();
         bail!(
-            "no configuration matches --config; the labels are: {}",
+            "no configuration is labelled '{}'; the labels are: {}",
+            a.configs.join("', '"),
             labels.join(", ")
         );
     }
