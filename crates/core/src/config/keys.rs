@@ -434,6 +434,19 @@ fn flag(b: bool) -> String {
     if b { "True" } else { "False" }.into()
 }
 
+/// `v` as text that `std::stod` reads back to exactly `v`: the shortest decimal, except for
+/// subnormal numbers, whose decimal glibc reads with a range error (torch then rejects it);
+/// those are written as exact hexadecimal floats (`0x1p-1074`).
+fn float_text(v: f64) -> String {
+    if v == 0.0 || v.abs() >= f64::MIN_POSITIVE || !v.is_finite() {
+        return format!("{v}");
+    }
+    let mantissa = v.abs().to_bits() & ((1 << 52) - 1);
+    let shift = mantissa.trailing_zeros();
+    let sign = if v < 0.0 { "-" } else { "" };
+    format!("{sign}0x{:x}p-{}", mantissa >> shift, 1074 - shift)
+}
+
 fn reserve(s: ReserveSpec) -> String {
     match s {
         ReserveSpec::Fraction(f) => format!("{f}"),
@@ -489,13 +502,13 @@ impl AllocConf {
             "roundup_power2_divisions" => divisions_value(&self.effective_divisions()),
             "garbage_collection_threshold" => some(
                 self.garbage_collection_threshold != 0.0,
-                format!("{}", self.garbage_collection_threshold),
+                float_text(self.garbage_collection_threshold),
             ),
             "expandable_segments" => some(self.expandable_segments, flag(true)),
             "release_lock_on_cudamalloc" => some(self.release_lock_on_cudamalloc, flag(true)),
             "per_process_memory_fraction" => some(
                 self.per_process_memory_fraction != 1.0,
-                format!("{}", self.per_process_memory_fraction),
+                float_text(self.per_process_memory_fraction),
             ),
             "throw_on_cudamalloc_oom" => some(self.throw_on_cudamalloc_oom, flag(true)),
             "expandable_segments_reserve" => self.expandable_segments_reserve.map(reserve),
@@ -572,14 +585,10 @@ impl AllocConf {
                     "roundup_power2_divisions" => divisions_value(&self.roundup_power2_divisions)
                         .unwrap_or_else(|| "0".into()),
                     "roundup_bypass_threshold_mb" => unlimited_mib(self.roundup_bypass_threshold),
-                    "garbage_collection_threshold" => {
-                        format!("{}", self.garbage_collection_threshold)
-                    }
+                    "garbage_collection_threshold" => float_text(self.garbage_collection_threshold),
                     "expandable_segments" => flag(self.expandable_segments),
                     "release_lock_on_cudamalloc" => flag(self.release_lock_on_cudamalloc),
-                    "per_process_memory_fraction" => {
-                        format!("{}", self.per_process_memory_fraction)
-                    }
+                    "per_process_memory_fraction" => float_text(self.per_process_memory_fraction),
                     "throw_on_cudamalloc_oom" => flag(self.throw_on_cudamalloc_oom),
                     "expandable_segments_reserve" => self
                         .expandable_segments_reserve
@@ -615,6 +624,40 @@ impl AllocConf {
 mod tests {
     use super::*;
     use crate::config::parse_pytorch;
+
+    /// Issue #10, item 7: `per_process_memory_fraction:0x1p-1074` was written as a 330-digit
+    /// decimal, which `stod` reads with a range error, so the canonical string did not parse.
+    #[test]
+    fn fractions_and_thresholds_read_back_exactly() {
+        let tiny = [
+            5e-324,
+            1.5e-323,
+            1e-310,
+            2.225_073_858_507_201e-308,
+            f64::MIN_POSITIVE,
+        ];
+        for v in tiny
+            .into_iter()
+            .chain([1e-300, 0.1, 0.7, 0.999_999_999_999_999_9])
+        {
+            for key in [
+                "per_process_memory_fraction",
+                "garbage_collection_threshold",
+            ] {
+                let mut text = format!("{key}:{}", float_text(v));
+                if key == "garbage_collection_threshold" {
+                    text += ",per_process_memory_fraction:0.5";
+                }
+                let (c, _) = parse_pytorch(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+                let back = parse_pytorch(&c.to_pytorch_string())
+                    .unwrap_or_else(|e| panic!("{}: {e}", c.to_pytorch_string()))
+                    .0;
+                assert_eq!(back, c, "{text} -> {}", c.to_pytorch_string());
+            }
+        }
+        assert_eq!(float_text(5e-324), "0x1p-1074");
+        assert_eq!(float_text(0.7), "0.7");
+    }
 
     #[test]
     fn divisions_render_to_the_shortest_list_torch_reads_back() {
