@@ -12,6 +12,8 @@
 //! Each container of the schema is visited once: a pickle whose memo makes one list appear
 //! in several places of the schema (or inside itself) is refused rather than expanded.
 
+use std::collections::HashMap;
+
 use crate::SnapshotError;
 use crate::model::{
     AllocatorSettings, Block, DeviceTrace, Segment, Snapshot, TraceEvent, parse_action, parse_state,
@@ -251,14 +253,24 @@ impl<'t, 'a> Decoder<'t, 'a> {
         })
     }
 
-    fn entry(&mut self, id: NodeId, trace: &mut DeviceTrace) -> R<()> {
+    /// Reads one history entry into `trace`. `skipped_at` indexes `trace.skipped` by action
+    /// name, so many distinct unknown actions cost one lookup each, not a scan.
+    fn entry(
+        &mut self,
+        id: NodeId,
+        trace: &mut DeviceTrace,
+        skipped_at: &mut HashMap<String, usize>,
+    ) -> R<()> {
         let d = self.dict(id)?;
         let action_id = self.required(d, "action")?;
         let name = self.str("action", action_id)?;
         let Some(action) = parse_action(name) else {
-            match trace.skipped.iter_mut().find(|(n, _)| n == name) {
-                Some((_, c)) => *c += 1,
-                None => trace.skipped.push((name.to_string(), 1)),
+            match skipped_at.get(name) {
+                Some(&i) => trace.skipped[i].1 += 1,
+                None => {
+                    skipped_at.insert(name.to_string(), trace.skipped.len());
+                    trace.skipped.push((name.to_string(), 1));
+                }
             }
             return Ok(());
         };
@@ -388,8 +400,11 @@ impl<'t, 'a> Decoder<'t, 'a> {
                             entries: Vec::with_capacity(ids.len()),
                             skipped: Vec::new(),
                         };
+                        let mut skipped_at = HashMap::new();
                         for (j, &e) in ids.iter().enumerate() {
-                            dec.with(format!("[{j}]"), |dec| dec.entry(e, &mut trace))?;
+                            dec.with(format!("[{j}]"), |dec| {
+                                dec.entry(e, &mut trace, &mut skipped_at)
+                            })?;
                         }
                         Ok(trace)
                     })?);
