@@ -32,6 +32,7 @@ mod report;
 mod state;
 
 use std::ffi::{CStr, c_char, c_double, c_int, c_void};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use cachalot::{StreamId, stats};
@@ -302,7 +303,7 @@ pub unsafe extern "C" fn cachalot_dump_snapshot(path: *const c_char) -> c_int {
             snap.device_traces[i] = one.device_traces[i].clone();
         }
         let bytes = cachalot_torchfmt::to_pickle_bytes(&snap);
-        match std::fs::write(&path, bytes) {
+        match cachalot_trace::write_atomic(Path::new(&path), |w| w.write_all(&bytes)) {
             Ok(()) => 0,
             Err(e) => {
                 fail(&format!("cannot write snapshot {path}: {e}"));

@@ -97,6 +97,27 @@ pub enum TraceError {
         /// The field as found (same form as in [`TraceError::BadSize`]).
         value: String,
     },
+
+    /// A trace written by cachalot ([`crate::seal`]) ends before its end row, or its end row
+    /// counts other rows than there are: the file was cut short.
+    #[error("{}", truncated_text(*line, *expected, *found))]
+    Truncated {
+        /// The line where it was found out (the end row, or the last line).
+        line: u64,
+        /// Rows the end row announces; `u64::MAX` when the end row is missing.
+        expected: u64,
+        /// Rows found since the begin row.
+        found: u64,
+    },
+
+    /// A data row after the end row of a trace written by cachalot.
+    #[error("line {line}: a data row after the end of the trace (its end row is line {end})")]
+    AfterEnd {
+        /// Line number.
+        line: u64,
+        /// The end row's line.
+        end: u64,
+    },
 }
 
 impl TraceError {
@@ -111,7 +132,9 @@ impl TraceError {
             | TraceError::BadSize { line, .. }
             | TraceError::BadPoolId { line, .. }
             | TraceError::RecordStreamAll { line }
-            | TraceError::SizeOverflow { line, .. } => Some(*line),
+            | TraceError::SizeOverflow { line, .. }
+            | TraceError::Truncated { line, .. }
+            | TraceError::AfterEnd { line, .. } => Some(*line),
         }
     }
 
@@ -125,6 +148,24 @@ impl TraceError {
                 | TraceError::BadPoolId { .. }
                 | TraceError::RecordStreamAll { .. }
                 | TraceError::SizeOverflow { .. }
+                | TraceError::Truncated { .. }
+                | TraceError::AfterEnd { .. }
+        )
+    }
+}
+
+fn truncated_text(line: u64, expected: u64, found: u64) -> String {
+    if expected == u64::MAX {
+        format!(
+            "line {line}: the trace is truncated: it was written by cachalot, which ends a trace \
+             with a {} row, and the file ends after {found} rows without one",
+            crate::seal::END_ACTION
+        )
+    } else {
+        format!(
+            "line {line}: the trace is damaged: its {} row says {expected} rows, but {found} \
+             came before it",
+            crate::seal::END_ACTION
         )
     }
 }

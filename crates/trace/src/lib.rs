@@ -32,18 +32,22 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod atomic;
 pub mod error;
 pub mod ids;
 mod pool_rows;
 pub mod rmm;
+pub mod seal;
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
+pub use atomic::write_atomic;
 pub use error::TraceError;
 pub use ids::{IdName, IdTable, PtrId, StreamKey};
 pub use rmm::{Columns, Event, Record, RmmReader, open};
+pub use seal::seal_csv;
 
 /// Buffer size of the readers [`open_decompressed`] returns.
 const BUF_SIZE: usize = 256 * 1024;

@@ -56,6 +56,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{TraceError, quote_field};
 use crate::ids::{IdTable, NumberError, PtrId, StreamKey, parse_number};
 use crate::pool_rows::{PoolAction, pool_id};
+use crate::seal::SealCheck;
 
 /// Longest line accepted (bytes, without the newline): far beyond any real
 /// trace row, it keeps a file that is not a trace (no newlines for
@@ -206,6 +207,9 @@ struct State {
     seen_first: bool,
     header: bool,
     ids: IdTable,
+    /// Data rows read so far.
+    rows: u64,
+    seal: SealCheck,
 }
 
 impl<R> std::fmt::Debug for RmmReader<R> {
@@ -251,6 +255,8 @@ impl<R: BufRead> RmmReader<R> {
             seen_first: false,
             header: false,
             ids: IdTable::new(),
+            rows: 0,
+            seal: SealCheck::default(),
         };
         st.set_columns(Columns::DEFAULT);
         RmmReader {
@@ -313,7 +319,7 @@ impl<R: BufRead> RmmReader<R> {
             if avail.is_empty() {
                 // End of input: a last line without a newline, or the end.
                 if self.pending.is_empty() {
-                    return Ok(None);
+                    return self.st.seal.finish(self.st.line).map(|()| None);
                 }
                 let out = self.st.line_event(&self.pending);
                 self.pending.clear();
@@ -486,6 +492,10 @@ impl State {
                 }
             }
         };
+        // Only an `Other` row can be a seal row; the rest are counted.
+        let other = matches!(record, Record::Other).then(|| trim(action));
+        self.seal.row(other, size, self.line, self.rows == 0)?;
+        self.rows += 1;
         Ok(Event {
             line: self.line,
             record,

@@ -1,7 +1,6 @@
 //! `cachalot convert IN OUT.csv`: any supported input as an RMM memory-log CSV.
 
-use std::fs::File;
-use std::io::BufWriter;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -9,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use cachalot_replay::input::InputKind;
 use cachalot_replay::{LoadOptions, LoadedInput, TraceOp, load_input};
 use cachalot_torchfmt::{EventKind, ReplayEvent, write_rmm_csv};
+use cachalot_trace::{seal_csv, write_atomic};
 
 /// Arguments of `cachalot convert`.
 #[derive(clap::Args)]
@@ -38,12 +38,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if let Some(note) = input.note() {
         eprintln!("cachalot: {note}");
     }
+    // Sealed, so that a cut-short copy is an error when read back, not a shorter trace.
+    let mut csv = Vec::new();
+    write_rmm_csv(&mut csv, &events)?;
+    let csv = seal_csv(&csv);
     if a.output.as_os_str() == "-" {
-        write_rmm_csv(std::io::stdout().lock(), &events)?;
+        std::io::stdout().lock().write_all(&csv)?;
     } else {
-        let f = File::create(&a.output)
-            .with_context(|| format!("cannot create {}", a.output.display()))?;
-        write_rmm_csv(BufWriter::new(f), &events)
+        write_atomic(&a.output, |w| w.write_all(&csv))
             .with_context(|| format!("cannot write {}", a.output.display()))?;
     }
     Ok(ExitCode::SUCCESS)

@@ -1,7 +1,5 @@
 //! `cachalot replay`: a trace through the allocator on the simulated device.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -13,6 +11,7 @@ use cachalot_replay::report::{ReportMeta, report_json, summary_text, write_segme
 use cachalot_replay::{LoadOptions, LoadedInput, ReplayOptions, load_input, replay};
 use cachalot_sim::SimConfig;
 use cachalot_torchfmt::{Snapshot, memory_stats_json, memory_summary, write_pickle};
+use cachalot_trace::write_atomic;
 
 use crate::args::{load_trace, parse_capacity, print_warnings, resolve_conf};
 
@@ -191,19 +190,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
         },
     };
     if let Some(path) = &a.segments {
-        let f = File::create(path)
-            .with_context(|| format!("cannot create segments file {}", path.display()))?;
-        write_segments(BufWriter::new(f), &report.segments)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        write_atomic(path, |w| write_segments(w, &report.segments))
+            .with_context(|| format!("cannot write segments file {}", path.display()))?;
     }
     if let (Some(path), Some(snap)) = (&a.snapshot, &report.snapshot) {
         let snap = Snapshot::from_allocator(&snap.segments, &snap.trace, &resolved.conf, 0);
-        let f = File::create(path)
-            .with_context(|| format!("cannot create snapshot file {}", path.display()))?;
-        let mut w = BufWriter::new(f);
-        write_pickle(&snap, &mut w)
-            .and_then(|()| w.flush())
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        write_atomic(path, |w| write_pickle(&snap, w))
+            .with_context(|| format!("cannot write snapshot file {}", path.display()))?;
     }
     if a.json {
         let raw = |var: &str| resolved.source.value(var).map(String::from);

@@ -320,7 +320,7 @@ impl Progress {
 
 /// Writes an HTML report and says where.
 pub fn write_html(path: &Path, page: &str) -> Result<()> {
-    std::fs::write(path, page)
+    cachalot_trace::write_atomic(path, |w| w.write_all(page.as_bytes()))
         .with_context(|| format!("cannot write HTML report {}", path.display()))?;
     eprintln!("cachalot: wrote {}", path.display());
     Ok(())
