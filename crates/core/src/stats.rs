@@ -18,12 +18,13 @@ pub struct Stat {
 }
 
 impl Stat {
-    /// Adds `n`, raising the peak if needed.
+    /// Adds `n`, raising the peak if needed. torch's counters are `int64_t`; past its range
+    /// (devices of 2^63 bytes and more) they saturate here instead of wrapping.
     #[inline]
     pub fn increase(&mut self, n: u64) {
-        let n = n as i64;
-        self.current += n;
-        self.allocated += n;
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        self.current = self.current.saturating_add(n);
+        self.allocated = self.allocated.saturating_add(n);
         if self.current > self.peak {
             self.peak = self.current;
         }
@@ -31,9 +32,9 @@ impl Stat {
     /// Subtracts `n`.
     #[inline]
     pub fn decrease(&mut self, n: u64) {
-        let n = n as i64;
-        self.current -= n;
-        self.freed += n;
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        self.current = self.current.saturating_sub(n);
+        self.freed = self.freed.saturating_add(n);
     }
     /// Adds a signed delta (used for the net change of a merge).
     #[inline]

@@ -304,10 +304,10 @@ impl SimDevice {
     }
 
     fn charge(&mut self, bytes: u64) -> bool {
-        if self.phys_used.saturating_add(bytes) > self.config.capacity {
-            return false;
+        match self.phys_used.checked_add(bytes) {
+            Some(used) if used <= self.config.capacity => self.phys_used = used,
+            _ => return false,
         }
-        self.phys_used += bytes;
         self.counters.phys_peak = self.counters.phys_peak.max(self.phys_used);
         true
     }
