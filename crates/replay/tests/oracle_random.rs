@@ -244,6 +244,9 @@ fn random_configs_traces_and_capacities_match_the_oracle() {
     let dir = std::env::temp_dir().join(format!("cachalot-oracle-random-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (mut runs, mut identical) = (0u64, 0u64);
+    // How the oracle ended the runs: replayed (0), configuration rejected (2), fatal (3).
+    let mut by_status = std::collections::BTreeMap::<i32, u64>::new();
+    let mut with_oom = 0u64;
     let mut failures = Vec::new();
     for i in 0..cases {
         let mut rng = Rng(seed.wrapping_mul(1_000_003).wrapping_add(i));
@@ -271,6 +274,8 @@ fn random_configs_traces_and_capacities_match_the_oracle() {
             let ours = run_ours(&trace_path, &case);
             let diffs = differences(&ours, &theirs);
             runs += 1;
+            *by_status.entry(theirs.status).or_default() += 1;
+            with_oom += u64::from(theirs.json["ooms"]["count"].as_u64().unwrap_or(0) > 0);
             if diffs.is_empty() {
                 identical += 1;
                 continue;
@@ -288,9 +293,14 @@ fn random_configs_traces_and_capacities_match_the_oracle() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+    let status = |k| by_status.get(&k).copied().unwrap_or(0);
     eprintln!(
-        "oracle_random: {runs} runs, {identical} identical, {} differ (seed {seed}, {cases} cases)",
-        runs - identical
+        "oracle_random: {runs} runs, {identical} identical, {} differ (seed {seed}, {cases} cases; \
+         oracle: {} replayed ({with_oom} with an OOM), {} configs rejected, {} fatal errors)",
+        runs - identical,
+        status(0),
+        status(2),
+        status(3)
     );
     assert!(
         failures.is_empty(),
