@@ -652,6 +652,14 @@ impl<D: Device> State<D> {
     /// segment count and reserved bytes match a recount, and the default pools' and private
     /// pools' reserved bytes add up to the total.
     pub(crate) fn check_pools(&self, live: &[BlockId]) -> Result<(), String> {
+        // Statistics are `int64_t`: past 2^63 bytes they saturate, and are not recounted.
+        let bytes = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let saturated = self
+            .stats
+            .reserved_bytes
+            .0
+            .iter()
+            .any(|s| s.peak == i64::MAX || s.allocated == i64::MAX);
         let n = self.private.pools.len();
         let mut segments = vec![0i64; n + 1];
         let mut expandable = vec![false; n + 1];
@@ -670,13 +678,14 @@ impl<D: Device> State<D> {
             if b.is_expandable() {
                 expandable[owner] = true;
                 if b.mapped {
-                    reserved[owner][k] += b.size as i64;
+                    reserved[owner][k] = reserved[owner][k].saturating_add(bytes(b.size));
                 }
             } else if head {
                 segments[owner] += 1;
                 let mut cur = Some(id);
                 while let Some(c) = cur {
-                    reserved[owner][k] += self.blocks[c].size as i64;
+                    reserved[owner][k] =
+                        reserved[owner][k].saturating_add(bytes(self.blocks[c].size));
                     cur = self.blocks[c].next;
                 }
             }
@@ -686,8 +695,8 @@ impl<D: Device> State<D> {
             let r = reserved[owner as usize];
             match reserved_by_id.iter_mut().find(|(k, _)| *k == p.id) {
                 Some((_, sum)) => {
-                    sum[0] += r[0];
-                    sum[1] += r[1];
+                    sum[0] = sum[0].saturating_add(r[0]);
+                    sum[1] = sum[1].saturating_add(r[1]);
                 }
                 None => reserved_by_id.push((p.id, r)),
             }
@@ -700,7 +709,7 @@ impl<D: Device> State<D> {
                 .find(|(k, _)| *k == id)
                 .map(|(_, a)| [a.0[1].current, a.0[2].current])
                 .unwrap_or_default();
-            if got != want {
+            if !saturated && got != want {
                 return Err(format!(
                     "pool {id}: reserved stats {got:?}, recount {want:?}"
                 ));
@@ -741,9 +750,12 @@ impl<D: Device> State<D> {
             .reserved_bytes_by_private_pools
             .iter()
             .map(|(_, a)| a.0[0].current)
-            .sum();
-        let default_total = reserved[0][0] + reserved[0][1];
-        if default_total + private_total != self.stats.reserved_bytes.all().current {
+            .fold(0, i64::saturating_add);
+        let default_total = reserved[0][0].saturating_add(reserved[0][1]);
+        if !saturated
+            && default_total.saturating_add(private_total)
+                != self.stats.reserved_bytes.all().current
+        {
             return Err(format!(
                 "reserved {} != default pools {default_total} + private pools {private_total}",
                 self.stats.reserved_bytes.all().current
