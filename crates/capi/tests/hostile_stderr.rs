@@ -7,32 +7,14 @@ mod common;
 
 use std::process::{Command, Stdio};
 
-use common::{crate_dir, library, scratch};
+use common::build_c_program;
 
 #[test]
 fn exported_functions_survive_unwritable_stderr_and_thread_exit() {
     if Command::new("gcc").arg("--version").output().is_err() {
         return common::skip("gcc not found; the hostile-stderr test needs it");
     }
-    let lib = library();
-    let dir = lib.parent().unwrap();
-    let exe = scratch("hostile");
-    let out = Command::new("gcc")
-        .args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-pthread"])
-        .arg("-I")
-        .arg(crate_dir().join("include"))
-        .arg(crate_dir().join("tests/c/hostile.c"))
-        .arg(format!("-L{}", dir.display()))
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .args(["-lcachalot_capi", "-o"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "gcc failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let exe = build_c_program("hostile.c", "hostile");
     for mode in ["closed", "pipe", "full", "tls"] {
         let mut cmd = Command::new(&exe);
         cmd.arg(mode);

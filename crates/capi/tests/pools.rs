@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use common::{crate_dir, library, scratch};
+use common::build_c_program;
 
 #[test]
 fn pools_through_the_c_library() {
@@ -16,25 +16,7 @@ fn pools_through_the_c_library() {
         common::skip("gcc not found; the pools C program test needs it");
         return;
     }
-    let lib = library();
-    let dir = lib.parent().unwrap();
-    let exe = scratch("pools");
-    let out = Command::new("gcc")
-        .args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror"])
-        .arg("-I")
-        .arg(crate_dir().join("include"))
-        .arg(crate_dir().join("tests/c/pools.c"))
-        .arg(format!("-L{}", dir.display()))
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .args(["-lcachalot_capi", "-o"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "gcc failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let exe = build_c_program("pools.c", "pools");
     let mut cmd = Command::new(&exe);
     common::clean_env(&mut cmd);
     cmd.env("CACHALOT_DEVICE", "sim");

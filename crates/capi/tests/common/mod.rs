@@ -77,3 +77,28 @@ pub fn clean_env(cmd: &mut Command) {
 }
 
 pub use cachalot_testkit::skip;
+
+/// Compiles `tests/c/SOURCE` with gcc against `include/cachalot.h` and the library, into this
+/// test binary's scratch folder as NAME, and returns the executable's path.
+pub fn build_c_program(source: &str, name: &str) -> PathBuf {
+    let lib = library();
+    let dir = lib.parent().unwrap();
+    let exe = scratch(name);
+    let out = Command::new("gcc")
+        .args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-pthread"])
+        .arg("-I")
+        .arg(crate_dir().join("include"))
+        .arg(crate_dir().join("tests/c").join(source))
+        .arg(format!("-L{}", dir.display()))
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .args(["-lcachalot_capi", "-o"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "gcc failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
