@@ -270,8 +270,10 @@ impl<D: Device> AsyncAllocator<D> {
             (&mut st.active_bytes, u.used_current, u.used_high),
             (&mut st.reserved_bytes, u.reserved_current, u.reserved_high),
         ] {
-            array.0[0].current = current as i64;
-            array.0[0].peak = peak as i64;
+            // torch's int64 statistics; past 2^63 bytes they saturate, as the caching
+            // allocator's do, instead of turning negative.
+            array.0[0].current = i64::try_from(current).unwrap_or(i64::MAX);
+            array.0[0].peak = i64::try_from(peak).unwrap_or(i64::MAX);
         }
         Ok(st)
     }

@@ -122,14 +122,16 @@ impl<D: Device> State<D> {
             let subsumed = self.try_merge_blocks(id, candidate);
             if subsumed > 0 {
                 net_blocks -= 1;
-                net_bytes -= subsumed as i64;
+                // Blocks of 2^63 bytes and more (devices that big): saturate, as the
+                // statistics do, rather than overflow.
+                net_bytes = net_bytes.saturating_sub_unsigned(subsumed);
             }
         }
         self.insert_free(id);
         let b = &self.blocks[id];
         if b.is_split() {
             net_blocks += 1;
-            net_bytes += b.size as i64;
+            net_bytes = net_bytes.saturating_add_unsigned(b.size);
         }
         let expandable = b.is_expandable();
         let s = &mut self.stats;
