@@ -97,13 +97,17 @@ impl Global {
     fn open(&self, index: usize) -> Result<Alloc, String> {
         let device: Box<dyn Device> = match self.kind {
             Kind::Sim => {
-                // Device 0 sits where the oracle's fake device puts memory; the others 64 TiB
-                // apart, so that an address names its device (record_stream has no device).
-                let config = SimConfig {
-                    capacity: self.sim_capacity,
-                    va_base: 0x1000_0000_0000 + index as u64 * 0x4000_0000_0000,
-                    ..SimConfig::default()
-                };
+                // Device 0 sits where the oracle's fake device puts memory; the others above
+                // it, so that an address names its device (record_stream has no device).
+                let config =
+                    SimConfig::device_of_many(index, self.sim_capacity).ok_or_else(|| {
+                        format!(
+                            "a simulated device of CACHALOT_SIM_CAPACITY={} bytes asks for 8 times \
+                         that in addresses, and devices 0..{index} leave too few below 2^64 \
+                         for this one; use a smaller capacity or fewer devices",
+                            self.sim_capacity
+                        )
+                    })?;
                 Box::new(SimDevice::new(config))
             }
             Kind::Cuda => Box::new(cachalot::CudaDevice::new(index).map_err(|e| e.to_string())?),

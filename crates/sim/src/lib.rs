@@ -74,6 +74,41 @@ impl SimConfig {
             ..SimConfig::default()
         }
     }
+
+    /// Device `index` of a machine of simulated devices of `capacity` bytes each, laid out so
+    /// that an address names one device, as CUDA's unified addressing does: device 0 where the
+    /// oracle's fake puts memory, every next one 64 TiB further or, when the one before spans
+    /// more, just above all of its address ranges. `None` when device `index` no longer fits
+    /// below 2^64 (capacities from 2^60 bytes, where `8 × capacity` of address space is asked
+    /// for).
+    pub fn device_of_many(index: usize, capacity: u64) -> Option<SimConfig> {
+        const STRIDE: u64 = 64 * TIB;
+        let first = SimConfig::with_capacity(capacity);
+        let mut config = first.clone();
+        for i in 0..=index {
+            let (base, _, vmm_base, vmm_range) = address_layout(&config);
+            if base != config.va_base {
+                // The layout was pulled down below the end of the device before.
+                return None;
+            }
+            if i == index {
+                return Some(config);
+            }
+            let spaced = STRIDE
+                .checked_mul(i as u64 + 1)?
+                .checked_add(first.va_base)?;
+            let above = round_up(vmm_base + vmm_range, 2 * MIB)?;
+            config.va_base = spaced.max(above);
+        }
+        None
+    }
+
+    /// The address ranges device memory of these settings can come from, `cudaMalloc`'s and
+    /// the virtual-memory one, as `[start, end)`; they do not overlap and end below 2^64.
+    pub fn address_ranges(&self) -> [(u64, u64); 2] {
+        let (base, range, vmm_base, vmm_range) = address_layout(self);
+        [(base, base + range), (vmm_base, vmm_base + vmm_range)]
+    }
 }
 
 /// Which device call a [`LogEntry`] records.

@@ -112,3 +112,63 @@ fn any_capacity_builds_a_device() {
     let r = d.address_reserve(64 * MIB).unwrap();
     assert!(r.checked_add(64 * MIB).is_some() && r > a);
 }
+
+/// Several simulated devices (the C library's `CACHALOT_DEVICE=sim`) never share an address:
+/// with 16 TiB devices the 64 TiB spacing used before put device 2's `cudaMalloc` range on
+/// device 0's virtual-memory range, and from 2^60 bytes device 0's range covered them all.
+#[test]
+fn devices_of_one_machine_share_no_address() {
+    let tib = 1u64 << 40;
+    let default: Vec<u64> = (0..3)
+        .map(|i| SimConfig::device_of_many(i, 80 << 30).unwrap().va_base)
+        .collect();
+    assert_eq!(
+        default,
+        [BASE, BASE + 64 * tib, BASE + 128 * tib],
+        "as before"
+    );
+    let capacities = [
+        2 * MIB,
+        80 << 30,
+        4 * tib,
+        5 * tib,
+        16 * tib,
+        1 << 59,
+        1 << 60,
+        (1 << 61) - 1,
+        1 << 61,
+        1 << 63,
+        u64::MAX,
+    ];
+    for capacity in capacities {
+        let mut end_before = 0;
+        let mut fitted = 0;
+        for i in 0..64 {
+            let Some(config) = SimConfig::device_of_many(i, capacity) else {
+                assert!(
+                    (i + 1..64).all(|j| SimConfig::device_of_many(j, capacity).is_none()),
+                    "capacity {capacity}: devices after a missing one are missing too"
+                );
+                break;
+            };
+            let [(b, e), (vb, ve)] = config.address_ranges();
+            assert!(
+                end_before <= b && b < e && e <= vb && vb < ve,
+                "capacity {capacity}, device {i}: [{b:#x}, {e:#x}) [{vb:#x}, {ve:#x}) after {end_before:#x}"
+            );
+            end_before = ve;
+            fitted += 1;
+        }
+        assert!(fitted >= 1, "capacity {capacity}: device 0 always fits");
+    }
+    assert!(SimConfig::device_of_many(1, 1 << 60).is_some());
+    assert!(SimConfig::device_of_many(2, 1 << 60).is_none());
+    assert_eq!(
+        SimConfig::device_of_many(1, 16 * tib).unwrap().va_base,
+        SimConfig::device_of_many(0, 16 * tib)
+            .unwrap()
+            .address_ranges()[1]
+            .1,
+        "right above device 0's virtual-memory range"
+    );
+}

@@ -11,9 +11,24 @@ pub fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The cargo profile this test binary was built with (`target/<dir>/deps/<test>`): `release`
+/// for `cargo test --release`, else `dev`.
+fn profile() -> String {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name);
+    match dir.and_then(|d| d.to_str()) {
+        None | Some("debug") => "dev".into(),
+        Some(other) => other.into(),
+    }
+}
+
 /// `libcachalot.so`, built once per test process with `cargo build -p cachalot-capi --lib`
-/// (cargo does not build a cdylib for integration tests, and an rlib next to it would collide
-/// with the `cachalot` crate's). The path comes from cargo's own artifact report.
+/// in the tests' own profile, so `cargo test --release` reuses its build (cargo does not build
+/// a cdylib for integration tests, and an rlib next to it would collide with the `cachalot`
+/// crate's). The path comes from cargo's own artifact report.
 pub fn library() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
@@ -23,6 +38,8 @@ pub fn library() -> PathBuf {
                 "-p",
                 "cachalot-capi",
                 "--lib",
+                "--profile",
+                &profile(),
                 "--message-format=json",
             ])
             .current_dir(crate_dir())

@@ -1,0 +1,149 @@
+//! The C library under sizes and capacities across the whole `u64` range (issue 10, "no
+//! arithmetic overflow reachable from input"): `tests/c/u64_sizes.c` calls the exported
+//! functions in random order with sizes from 0 to `SIZE_MAX` (weighted towards the band
+//! 2^64 − 2^25 … 2^64 − 2^22 where torch's rounding starts to wrap), on three simulated
+//! devices, under every backend and a spread of configurations, with simulated capacities
+//! from 2 MiB to `u64::MAX`. After every call it checks that no two live allocations of any
+//! device overlap or wrap, that a failure is NULL with its reason in `cachalot_last_error()`
+//! and leaves what is allocated as it was, and that a refused call leaves torch's statistics
+//! exactly as they were (the list is at the top of the C file).
+//!
+//! `CACHALOT_CAPI_SEED` changes the seeds, `CACHALOT_CAPI_CALLS` the calls per run (1,000).
+//! Skipped, with the reason printed, without gcc.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+
+use common::build_c_program;
+
+/// Configurations, as (variable, value).
+const CONFIGS: &[(&str, &str)] = &[
+    ("PYTORCH_CUDA_ALLOC_CONF", ""),
+    ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
+    ("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:21"),
+    ("PYTORCH_CUDA_ALLOC_CONF", "roundup_power2_divisions:2"),
+    (
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "roundup_power2_divisions:[1:2,2:8,>:4]",
+    ),
+    (
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "garbage_collection_threshold:0.5,per_process_memory_fraction:0.8",
+    ),
+    ("PYTORCH_CUDA_ALLOC_CONF", "throw_on_cudamalloc_oom:True"),
+    (
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "expandable_segments:True,expandable_segments_reserve:0.01",
+    ),
+    (
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "expandable_segments:True,max_split_size_mb:40",
+    ),
+    (
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "large_segment_size_mb:11,expandable_segments:True",
+    ),
+    ("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync"),
+    ("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"),
+];
+
+/// `CACHALOT_SIM_CAPACITY` values: 2 MiB to 2^64 − 1 bytes.
+const CAPACITIES: &[&str] = &[
+    "2M",
+    "100M",
+    "1G",
+    "80G",
+    "16T",
+    "1152921504606846976", // 2^60: 8 × capacity of addresses leaves room for two devices
+    "2305843009213693952", // 2^61: 8 × capacity wraps to 0 in the oracle's fake
+    "9223372036854775808", // 2^63
+    "18446744073709551615",
+];
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The `key=value` counts of the program's `SUMMARY` line.
+fn summary(stdout: &str) -> BTreeMap<String, String> {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("SUMMARY "))
+        .unwrap_or_else(|| panic!("no SUMMARY line in:\n{stdout}"))
+        .split(' ')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn sizes_across_u64_never_overlap_and_failures_change_nothing() {
+    if Command::new("gcc").arg("--version").output().is_err() {
+        return common::skip("gcc not found; the u64-wide C library test needs it");
+    }
+    let exe = build_c_program("u64_sizes.c", "u64_sizes");
+    let seed = env_u64("CACHALOT_CAPI_SEED", 10);
+    let calls = env_u64("CACHALOT_CAPI_CALLS", 1000);
+    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+    let mut backends = BTreeMap::new();
+    let mut fewer_devices = 0;
+    for (c, (var, value)) in CONFIGS.iter().enumerate() {
+        for (k, capacity) in CAPACITIES.iter().enumerate() {
+            let run_seed = seed
+                .wrapping_mul(1000)
+                .wrapping_add((c * CAPACITIES.len() + k) as u64);
+            let mut cmd = Command::new(&exe);
+            cmd.arg(run_seed.to_string())
+                .arg(calls.to_string())
+                .arg("3");
+            common::clean_env(&mut cmd);
+            cmd.env("CACHALOT_DEVICE", "sim")
+                .env("CACHALOT_SIM_CAPACITY", capacity)
+                .env(var, value)
+                // stderr carries one report per refused call; only stdout is read.
+                .stderr(Stdio::null());
+            let out = cmd.output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{var}={value} CACHALOT_SIM_CAPACITY={capacity}: {exe:?} {run_seed} {calls} 3 \
+                 failed ({:?}):\n{stdout}",
+                out.status,
+            );
+            let s = summary(&stdout);
+            for (key, v) in &s {
+                if let Ok(n) = v.parse::<u64>() {
+                    *totals.entry(key.clone()).or_default() += n;
+                }
+            }
+            if s["devices"] != "3" {
+                fewer_devices += 1;
+            }
+            *backends.entry(s["backend"].clone()).or_insert(0) += 1;
+        }
+    }
+    eprintln!("u64_sizes: {totals:?} {backends:?}");
+    // The runs reached what they are meant to: both outcomes, the top of the range, refusals.
+    for key in [
+        "allocated",
+        "out_of_memory",
+        "other_errors",
+        "zero",
+        "near_top",
+        "refused",
+        "bad_fractions",
+    ] {
+        assert!(totals[key] > 0, "no {key} in {totals:?}");
+    }
+    assert_eq!(backends.len(), 3, "every backend ran: {backends:?}");
+    // The largest devices do not all fit below 2^64: the ones that do not refused to open.
+    assert!(
+        fewer_devices > 0 && fewer_devices < CONFIGS.len() * CAPACITIES.len(),
+        "{fewer_devices} runs had fewer than 3 devices"
+    );
+}
