@@ -20,16 +20,6 @@ pub enum AllocError {
     /// memory-fraction limit (torch's `OutOfMemoryError` of that backend).
     #[error("{0}")]
     PoolOutOfMemory(Box<AsyncOomReport>),
-    /// The request is larger than any device could hold and would overflow size arithmetic.
-    #[error(
-        "cannot allocate {size} bytes: requests above {max} bytes overflow the allocator's size rounding (torch 2.15 wraps around here)"
-    )]
-    InvalidSize {
-        /// The size asked for.
-        size: u64,
-        /// The largest size accepted.
-        max: u64,
-    },
     /// `free` or `record_stream` of an address that is not a live allocation.
     #[error(
         "invalid device pointer: {ptr:#x} (not an allocation of this allocator, or already freed)"

@@ -120,8 +120,6 @@ pub struct ReplayReport {
     pub stats: DeviceStats,
     /// Out-of-memory errors.
     pub ooms: OomSummary,
-    /// Requests rejected as invalid (sizes that overflow), with their lines and messages.
-    pub rejected: Vec<(u64, String)>,
     /// The device's counters.
     pub device: SimCounters,
     /// Bytes charged on the device at the end.
@@ -248,7 +246,6 @@ fn replay_inner(
     let mut ptrs = vec![0u64; trace.slots as usize];
     let mut failed = vec![false; trace.slots as usize];
     let mut ooms = OomSummary::default();
-    let mut rejected = Vec::new();
     let mut samples = Vec::new();
     let mut stopped_early = false;
     let mut events = 0u64;
@@ -290,10 +287,6 @@ fn replay_inner(
                             stopped_early = true;
                             break;
                         }
-                    }
-                    Err(MallocError::Rejected(e)) => {
-                        failed[slot as usize] = true;
-                        rejected.push((line, e.to_string()));
                     }
                     Err(MallocError::Fatal(source)) => {
                         fatal = Some((line, source));
@@ -387,7 +380,6 @@ fn replay_inner(
         },
         stats,
         ooms,
-        rejected,
         phys_used: device.phys_used(),
         va_reserved: device.va_reserved(),
         device: device.counters().clone(),

@@ -253,14 +253,6 @@ pub fn report_json(
             }),
         );
     }
-    if !r.rejected.is_empty() {
-        let rejected: Vec<Value> = r
-            .rejected
-            .iter()
-            .map(|(line, msg)| json!({"trace_line": line, "message": msg}))
-            .collect();
-        m.insert("rejected".into(), Value::Array(rejected));
-    }
     Value::Object(m)
 }
 
@@ -332,9 +324,6 @@ pub fn summary_text(r: &ReplayReport, trace: &TraceStats, capacity: u64) -> Stri
             "  … and {} more",
             r.ooms.count as usize - r.ooms.events.len()
         );
-    }
-    for (line, msg) in &r.rejected {
-        let _ = writeln!(out, "rejected line {line}: {msg}");
     }
     let _ = writeln!(out, "replay speed        {:.0} ns per event", r.ns_per_op());
     out

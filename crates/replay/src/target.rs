@@ -11,8 +11,6 @@ pub(crate) type Target = MemoryResource<SimDevice>;
 pub(crate) enum MallocError {
     /// Out of memory: the numbers (caching allocator only), and torch's message.
     OutOfMemory(Option<Box<OomReport>>, String),
-    /// Rejected before reaching the allocator (sizes that overflow).
-    Rejected(AllocError),
     /// Anything else stops the replay.
     Fatal(AllocError),
 }
@@ -30,7 +28,6 @@ impl MallocError {
             AllocError::Device(DeviceError::OutOfMemory) if !backend.caches() => {
                 MallocError::OutOfMemory(None, e.to_string())
             }
-            e @ AllocError::InvalidSize { .. } => MallocError::Rejected(e),
             e => MallocError::Fatal(e),
         }
     }
