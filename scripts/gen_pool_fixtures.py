@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/pools: every oracle example trace that uses the private-pool,
-empty_cache or record_stream rows, replayed by the oracle (torch 2.15's allocator) under
-several configurations and capacities. crates/replay/tests/pool_fixtures.rs compares cachalot
+empty_cache or record_stream rows, and cachalot's own such traces (tests/fixtures/pool_traces,
+not in ../shared), replayed by the oracle (torch 2.15's allocator) under several
+configurations and capacities. crates/replay/tests/pool_fixtures.rs compares cachalot
 with these outputs.
 
     scripts/gen_pool_fixtures.py [ORACLE_DIR]   (default: ../shared/oracle)
@@ -39,13 +40,15 @@ SCENARIOS = {
 
 
 def main():
-    traces_dir = os.path.join(ORACLE_DIR, "tests", "traces")
+    sources = [os.path.join(ORACLE_DIR, "tests", "traces"),
+               os.path.join(ROOT, "tests", "fixtures", "pool_traces")]
     oracle = os.path.join(ORACLE_DIR, "oracle")
     if os.path.isdir(OUT):
         shutil.rmtree(OUT)
     os.makedirs(OUT)
     index = {}
-    for name in sorted(os.listdir(traces_dir)):
+    names = sorted((name, d) for d in sources for name in os.listdir(d))
+    for name, traces_dir in names:
         if not name.endswith(".csv"):
             continue
         with open(os.path.join(traces_dir, name)) as f:

@@ -74,11 +74,9 @@ impl<D: Device> State<D> {
     pub(crate) fn remove_unmapped(&mut self, id: BlockId) {
         let b = &self.blocks[id];
         let key = addr_key(b);
-        let removed = self.pool_mut(b.pool).unmapped.remove(&key);
-        debug_assert!(
-            removed.is_some(),
-            "unmapped block missing from the unmapped set"
-        );
+        let removed =
+            self.pool_mut(b.pool).unmapped.remove(&key).is_some() || self.remove_ghost(id);
+        debug_assert!(removed, "unmapped block missing from the unmapped set");
     }
 
     fn insert_unmapped(&mut self, id: BlockId) {
@@ -220,6 +218,9 @@ impl<D: Device> State<D> {
         }
         let removed = self.remove_free(candidate);
         debug_assert!(removed);
+        // torch counts one per successful growth, however many mappings it made (none, when
+        // the oversize rules refused a free block that this search takes).
+        self.pool_segment_count(p.pool, 1)?;
         Ok(Some(candidate))
     }
 
@@ -287,7 +288,6 @@ impl<D: Device> State<D> {
         self.total_allocated_memory += mapped;
         self.stats.reserved_bytes.increase(pool.is_small(), mapped);
         self.pool_reserved(pool, mapped, true);
-        self.pool_segment_count(pool, 1);
         self.stats.num_device_alloc += 1;
         self.record(TraceAction::SegmentMap, ptr, mapped, stream);
         Ok(true)
@@ -367,7 +367,7 @@ impl<D: Device> State<D> {
             .reserved_bytes
             .decrease(pool.is_small(), unmapped_size);
         self.pool_reserved(pool, unmapped_size, false);
-        self.pool_segment_count(pool, -1);
+        self.pool_segment_count(pool, -1)?;
         self.stats.num_device_free += 1;
         self.record(
             TraceAction::SegmentUnmap,

@@ -126,10 +126,9 @@ impl<D: Device> State<D> {
         }
         let mut free_actual = BTreeSet::new();
         let mut unmapped_actual = BTreeSet::new();
-        let private = self
-            .private
-            .all()
-            .flat_map(|(o, p)| [(o, &p.small), (o, &p.large)]);
+        let private = self.private.all().flat_map(|(o, p)| {
+            [&p.small, &p.large, &p.ghost_small, &p.ghost_large].map(|set| (o, set))
+        });
         for (owner, pool) in [(0, &self.small), (0, &self.large)]
             .into_iter()
             .chain(private)

@@ -177,7 +177,7 @@ impl<D: Device> State<D> {
         self.stats.segment.increase(small, 1);
         self.stats.reserved_bytes.increase(small, size);
         self.pool_reserved(p.pool, size, true);
-        self.pool_segment_count(p.pool, 1);
+        self.pool_segment_count(p.pool, 1)?;
         if size >= self.conf.max_split_size {
             self.stats.oversize_segments.increase(1);
         }

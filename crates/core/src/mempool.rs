@@ -23,7 +23,7 @@ use std::sync::Arc;
 use cachalot_device::{Device, StreamId};
 use rustc_hash::FxHashMap;
 
-use crate::block::{BlockId, PoolKind};
+use crate::block::{Arena, BlockId, PoolKind};
 use crate::oom::AllocError;
 use crate::pool::BlockPool;
 use crate::ska_order::SkaOrder;
@@ -142,6 +142,13 @@ pub enum PoolError {
         "it->second->use_count > 0 INTERNAL ASSERT FAILED at \"/__w/pytorch/pytorch/c10/cuda/CUDACachingAllocator.cpp\":3473, please report a bug to PyTorch. "
     )]
     Released(MempoolId),
+    /// An unmap of a private pool's pages when torch counts no segment for the pool: the
+    /// pool took over the storage of a forgotten pool and unmaps a page the forgotten pool
+    /// mapped (see `PrivatePools::slot_for_new_pool`).
+    #[error(
+        "block->pool->owner_PrivatePool->cudaMalloc_count > 0 INTERNAL ASSERT FAILED at \"/__w/pytorch/pytorch/c10/cuda/CUDACachingAllocator.cpp\":4393, please report a bug to PyTorch. "
+    )]
+    UnmapUncounted(MempoolId),
     /// `markCaptureEnd` without an open capture (torch's capture tracker,
     /// `CUDAGraphMemory.cpp`).
     #[error(
@@ -205,16 +212,51 @@ pub(crate) struct PrivatePool {
     pub id: MempoolId,
     /// References: MemPool objects, open begins, graphs.
     pub use_count: i32,
-    /// torch's `cudaMalloc_count`: +1 per segment allocated and per expandable growth, -1 per
-    /// segment freed and per expandable shrink. The pool is forgotten only at 0, so a pool
-    /// whose pages were mapped in more steps than they were unmapped in is never forgotten,
-    /// as in torch.
+    /// torch's `cudaMalloc_count`: +1 per segment allocated and per successful expandable
+    /// growth (however many pages it mapped, none included), -1 per segment freed and per
+    /// unmapped range. The pool is forgotten only at 0, so a pool whose pages were mapped in
+    /// more steps than they were unmapped in is never forgotten, and one unmapped in more
+    /// steps is forgotten with pages still mapped, as in torch.
     pub cuda_malloc_count: i64,
     /// Forgotten by torch while blocks of it were still alive (see `release_cached`): no id
     /// names it any more, and its free blocks are never reused or freed, as in torch.
     pub forgotten: bool,
     pub small: BlockPool,
     pub large: BlockPool,
+    /// Blocks torch no longer has in any free set: the free blocks of the forgotten pools
+    /// whose storage this pool took over (see [`PrivatePools::slot_for_new_pool`]). No
+    /// search finds them and no `empty_cache` frees them, but a neighbour freed next to
+    /// one absorbs it, as torch's merge does.
+    pub ghost_small: BlockPool,
+    pub ghost_large: BlockPool,
+    /// Device bytes the blocks of this storage hold, small and large (what the invariant
+    /// checker recounts). It equals the pool's `reserved_bytes_by_private_pools` entry until
+    /// the storage passes to a new pool, which then holds bytes its own entry never counted.
+    pub reserved: [i64; 2],
+}
+
+impl PrivatePool {
+    fn new(id: MempoolId) -> Self {
+        PrivatePool {
+            id,
+            use_count: 1,
+            cuda_malloc_count: 0,
+            forgotten: false,
+            small: BlockPool::new(PoolKind::Small),
+            large: BlockPool::new(PoolKind::Large),
+            ghost_small: BlockPool::new(PoolKind::Small),
+            ghost_large: BlockPool::new(PoolKind::Large),
+            reserved: [0; 2],
+        }
+    }
+
+    /// The ghost set of `kind`.
+    pub fn ghost_mut(&mut self, kind: PoolKind) -> &mut BlockPool {
+        match kind {
+            PoolKind::Small => &mut self.ghost_small,
+            PoolKind::Large => &mut self.ghost_large,
+        }
+    }
 }
 
 /// All private pools of one device, and the routing state.
@@ -228,6 +270,9 @@ pub(crate) struct PrivatePools {
     freeable: SkaOrder<MempoolId>,
     /// `captures_underway`: open pools, oldest first.
     captures: Vec<(MempoolId, StreamFilter)>,
+    /// Owner numbers of forgotten pools, most recently forgotten last: the storage the next
+    /// new pool takes (see [`PrivatePools::slot_for_new_pool`]).
+    free_slots: Vec<u32>,
 }
 
 impl PrivatePools {
@@ -287,8 +332,39 @@ impl PrivatePools {
                 Some(p) if has_blocks => p.forgotten = true,
                 _ => *slot = None,
             }
+            self.free_slots.push(owner);
         }
         self.freeable.remove(id);
+    }
+
+    /// The owner number a new pool gets, and the storage it takes over.
+    ///
+    /// torch deletes a forgotten `PrivatePool` even while blocks of it are alive; they keep
+    /// pointing at its free sets. The heap hands that memory to the next `PrivatePool` torch
+    /// makes (glibc reuses the most recently freed chunk of a size first), so a block of the
+    /// old pool that is freed afterwards lands in the new pool's free sets: the new pool can
+    /// reuse it, and frees it at its own `empty_cache`. The new pool takes the most recently
+    /// forgotten pool's number, so its blocks are the new pool's; what the old pool still
+    /// had in free sets, torch no longer finds there, so it becomes a ghost (observed with
+    /// expandable segments, whose pools are forgotten with pages still mapped).
+    fn slot_for_new_pool(&mut self, id: MempoolId, blocks: &mut Arena) -> u32 {
+        let mut pool = PrivatePool::new(id);
+        let Some(owner) = self.free_slots.pop() else {
+            self.pools.push(Some(pool));
+            return self.pools.len() as u32;
+        };
+        if let Some(old) = self.pools[owner as usize - 1].take() {
+            pool.reserved = old.reserved;
+            for set in [old.small, old.large, old.ghost_small, old.ghost_large] {
+                let ghost = pool.ghost_mut(set.kind);
+                for id in set.free_ids() {
+                    ghost.insert(id, &mut blocks[id]);
+                }
+                ghost.unmapped.extend(set.unmapped);
+            }
+        }
+        self.pools[owner as usize - 1] = Some(pool);
+        owner
     }
 }
 
@@ -304,15 +380,7 @@ impl<D: Device> State<D> {
                 pool.use_count += 1;
             }
             None => {
-                self.private.pools.push(Some(PrivatePool {
-                    id,
-                    use_count: 1,
-                    cuda_malloc_count: 0,
-                    forgotten: false,
-                    small: BlockPool::new(PoolKind::Small),
-                    large: BlockPool::new(PoolKind::Large),
-                }));
-                let owner = self.private.pools.len() as u32;
+                let owner = self.private.slot_for_new_pool(id, &mut self.blocks);
                 self.private.by_id.insert(id, owner);
             }
         }
@@ -428,11 +496,21 @@ impl<D: Device> State<D> {
         self.pool_and_blocks(pool).0
     }
 
-    /// Counts a segment (or expandable growth) added to (`+1`) or taken from (`-1`) `pool`.
-    pub(crate) fn pool_segment_count(&mut self, pool: PoolRef, delta: i64) {
+    /// Counts a segment (or expandable growth) added to (`+1`) or taken from (`-1`) `pool`;
+    /// torch's assertion when it would take one from a pool that counts none.
+    pub(crate) fn pool_segment_count(
+        &mut self,
+        pool: PoolRef,
+        delta: i64,
+    ) -> Result<(), PoolError> {
         if pool.owner != 0 {
-            self.private.get_mut(pool.owner).cuda_malloc_count += delta;
+            let p = self.private.get_mut(pool.owner);
+            if delta < 0 && p.cuda_malloc_count <= 0 {
+                return Err(PoolError::UnmapUncounted(p.id));
+            }
+            p.cuda_malloc_count += delta;
         }
+        Ok(())
     }
 
     /// Accounts for `bytes` of device memory added to (`increase`) or taken from `pool`, in
@@ -441,7 +519,15 @@ impl<D: Device> State<D> {
         if pool.owner == 0 {
             return;
         }
-        let id = self.private.get(pool.owner).id;
+        let p = self.private.get_mut(pool.owner);
+        let held = &mut p.reserved[usize::from(!pool.is_small())];
+        let delta = i64::try_from(bytes).unwrap_or(i64::MAX);
+        *held = if increase {
+            held.saturating_add(delta)
+        } else {
+            held.saturating_sub(delta)
+        };
+        let id = p.id;
         let stats = &mut self.stats.reserved_bytes_by_private_pools;
         let i = match stats.iter().position(|(k, _)| *k == id) {
             Some(i) => i,
@@ -524,7 +610,7 @@ impl<D: Device> State<D> {
     /// Whether any block (mapped or not) belongs to the private pool `owner`.
     fn pool_has_blocks(&self, owner: u32) -> bool {
         let p = self.private.get(owner);
-        let free = [&p.small, &p.large]
+        let free = [&p.small, &p.large, &p.ghost_small, &p.ghost_large]
             .iter()
             .any(|set| set.free_ids().next().is_some() || !set.unmapped.is_empty());
         free || self
@@ -536,6 +622,21 @@ impl<D: Device> State<D> {
                     .flat_map(|q| q.iter().map(|(_, id)| id)),
             )
             .any(|&id| self.blocks[id].pool.owner == owner)
+    }
+
+    /// Takes a free block out of its pool's ghost sets (a merge absorbing it); returns
+    /// whether it was there.
+    pub(crate) fn remove_ghost(&mut self, id: BlockId) -> bool {
+        let b = &self.blocks[id];
+        if b.pool.owner == 0 {
+            return false;
+        }
+        let ghost = self.private.get_mut(b.pool.owner).ghost_mut(b.pool.kind);
+        if b.mapped {
+            ghost.remove(id, b)
+        } else {
+            ghost.unmapped.remove(&crate::pool::addr_key(b)).is_some()
+        }
     }
 
     /// Bytes in the free sets of all private pools (what torch's out-of-memory message calls
@@ -635,13 +736,10 @@ impl<D: Device> CachingAllocator<D> {
         if id.is_default() {
             return s.segments();
         }
-        if s.private.owner(id).is_none() {
-            return Vec::new();
+        match s.private.owner(id) {
+            Some(owner) => s.pool_segment_infos(owner),
+            None => Vec::new(),
         }
-        s.segments()
-            .into_iter()
-            .filter(|g| g.pool_id == id)
-            .collect()
     }
 }
 
@@ -690,28 +788,12 @@ impl<D: Device> State<D> {
                 }
             }
         }
-        let mut reserved_by_id: Vec<(MempoolId, [i64; 2])> = Vec::new();
         for (owner, p) in self.private.all() {
-            let r = reserved[owner as usize];
-            match reserved_by_id.iter_mut().find(|(k, _)| *k == p.id) {
-                Some((_, sum)) => {
-                    sum[0] = sum[0].saturating_add(r[0]);
-                    sum[1] = sum[1].saturating_add(r[1]);
-                }
-                None => reserved_by_id.push((p.id, r)),
-            }
-        }
-        for (id, want) in reserved_by_id {
-            let got = self
-                .stats
-                .reserved_bytes_by_private_pools
-                .iter()
-                .find(|(k, _)| *k == id)
-                .map(|(_, a)| [a.0[1].current, a.0[2].current])
-                .unwrap_or_default();
-            if !saturated && got != want {
+            let want = reserved[owner as usize];
+            if !saturated && p.reserved != want {
                 return Err(format!(
-                    "pool {id}: reserved stats {got:?}, recount {want:?}"
+                    "pool {}: holds {:?} bytes, recount {want:?}",
+                    p.id, p.reserved
                 ));
             }
         }

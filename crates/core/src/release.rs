@@ -58,7 +58,7 @@ impl<D: Device> State<D> {
         self.stats.segment.decrease(small, 1);
         self.stats.reserved_bytes.decrease(small, size);
         self.pool_reserved(pool, size, false);
-        self.pool_segment_count(pool, -1);
+        self.pool_segment_count(pool, -1)?;
         if size >= self.conf.max_split_size {
             self.stats.oversize_segments.decrease(1);
         }

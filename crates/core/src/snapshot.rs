@@ -127,6 +127,31 @@ impl<D: Device> State<D> {
             let b = &self.blocks[id];
             b.mapped && b.prev.is_none_or(|p| !self.blocks[p].mapped)
         });
+        self.describe_segments(heads)
+    }
+
+    /// The segments of the private pool `owner` as torch's `snapshot(mempool_id)` lists them
+    /// (`get_private_pool_head_blocks`): only those whose first block has no neighbour before
+    /// it, so a mapped range of an expandable segment after an unmapped gap is left out.
+    pub(crate) fn pool_segment_infos(&self, owner: u32) -> Vec<SegmentInfo> {
+        let p = self.private.get(owner);
+        let mut heads: Vec<BlockId> = [&p.small, &p.large]
+            .into_iter()
+            .flat_map(|set| set.free_ids())
+            .chain(self.allocated.values().copied())
+            .chain(
+                self.events
+                    .values()
+                    .flat_map(|q| q.iter().map(|&(_, id)| id)),
+            )
+            .filter(|&id| self.blocks[id].pool.owner == owner)
+            .collect();
+        heads.retain(|&id| self.blocks[id].mapped && self.blocks[id].prev.is_none());
+        self.describe_segments(heads)
+    }
+
+    /// One segment for each head block, sorted by address.
+    fn describe_segments(&self, mut heads: Vec<BlockId>) -> Vec<SegmentInfo> {
         heads.sort_by_key(|&id| self.blocks[id].ptr);
         heads.dedup();
         heads

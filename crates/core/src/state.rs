@@ -120,7 +120,7 @@ impl<D: Device> State<D> {
     pub fn remove_free(&mut self, id: BlockId) -> bool {
         let pool = self.blocks[id].pool;
         let (set, blocks) = self.pool_and_blocks(pool);
-        set.remove(id, &blocks[id])
+        set.remove(id, &blocks[id]) || self.remove_ghost(id)
     }
 
     /// Appends a history entry when recording is on.

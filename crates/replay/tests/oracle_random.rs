@@ -20,7 +20,7 @@ mod common;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use common::{Case, differences, oracle, run_oracle, run_ours};
+use common::{Case, differences, oracle, run_oracle, run_ours, try_run_oracle};
 
 /// A small deterministic generator (SplitMix64).
 struct Rng(u64);
@@ -454,28 +454,60 @@ fn random_pool_trace(seed: u64, events: usize, streams: u64, misuse: bool) -> St
 #[test]
 fn random_pool_traces_match_the_oracle() {
     compare_random_pool_traces(
+        "pools",
         &[
             "",
             "max_split_size_mb:40",
             "garbage_collection_threshold:0.5,per_process_memory_fraction:0.7",
         ],
-        2,
+        pool_seeds_per_case(),
     );
 }
 
-/// Expandable segments in private pools. Known divergence (not yet understood): when a
-/// released pool's pages are unmapped over several `empty_cache` calls, torch keeps the
-/// address reservation that cachalot frees (one `cuMemAddressFree` more); 1 of 3 traces here.
+/// Expandable segments in private pools, alone and with the other options. These traces
+/// reach torch's forgetting of a pool whose pages are still mapped, and the next pool's
+/// taking over its storage (`PrivatePools::slot_for_new_pool` in the core).
 #[test]
-#[ignore = "known divergence with expandable segments in released pools; see the comment"]
 fn random_expandable_pool_traces_match_the_oracle() {
-    compare_random_pool_traces(&["expandable_segments:True"], 1);
+    compare_random_pool_traces(
+        "expandable-pools",
+        &[
+            "expandable_segments:True",
+            "expandable_segments:True,max_split_size_mb:40",
+            "expandable_segments:True,garbage_collection_threshold:0.5,per_process_memory_fraction:0.7",
+        ],
+        pool_seeds_per_case(),
+    );
+}
+
+/// The consistency check of torch's own free sets that stopped the oracle, if one did: what
+/// torch does once it wrote into a deleted pool's free sets (undefined behaviour, not
+/// reproduced).
+fn torch_corrupted(o: &common::Outcome) -> Option<String> {
+    let message = o.json.get("fatal_error")?.get("message")?.as_str()?;
+    [
+        "erased == erased_by_addr INTERNAL ASSERT",
+        "inserted INTERNAL ASSERT",
+    ]
+    .iter()
+    .any(|m| message.starts_with(m))
+    .then(|| message.to_string())
+}
+
+/// Random traces per configuration and capacity: `CACHALOT_POOL_SEEDS`, or 2. Their seeds
+/// start at `CACHALOT_POOL_SEED` (default 100).
+fn pool_seeds_per_case() -> u64 {
+    env_u64("CACHALOT_POOL_SEEDS").unwrap_or(2)
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
 /// Random pool traces (1–3 streams, 256 MiB to 8 GiB, so some run out of memory), each
 /// under every configuration of `confs`, compared with the oracle on everything
 /// `common::differences` checks, the per-pool report included.
-fn compare_random_pool_traces(confs: &[&str], seeds_per_case: u64) {
+fn compare_random_pool_traces(name: &str, confs: &[&str], seeds_per_case: u64) {
     let oracle = match oracle() {
         Ok(p) => p,
         Err(why) => {
@@ -483,16 +515,18 @@ fn compare_random_pool_traces(confs: &[&str], seeds_per_case: u64) {
             return;
         }
     };
-    let dir = std::env::temp_dir().join(format!("cachalot-oracle-pools-{}", std::process::id()));
+    let seed_base = env_u64("CACHALOT_POOL_SEED").unwrap_or(100);
+    let dir = std::env::temp_dir().join(format!("cachalot-oracle-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut failures = Vec::new();
+    let mut crashed = Vec::new();
     let mut runs = 0;
     let cases = confs
         .iter()
         .flat_map(|c| [256 * MIB, 1 << 30, 8 << 30].map(|cap| (*c, cap)))
         .flat_map(|(c, cap)| (0..seeds_per_case).map(move |_| (c, cap)));
     for (n, (conf, capacity)) in cases.enumerate() {
-        let seed = 100 + n as u64 + if conf.contains("expandable") { 5 } else { 0 };
+        let seed = seed_base + n as u64 + if conf.contains("expandable") { 5 } else { 0 };
         let trace = dir.join(format!("p{seed}.csv"));
         let text = random_pool_trace(seed, 1500, 1 + seed % 3, seed.is_multiple_of(4));
         std::fs::write(&trace, text).unwrap();
@@ -501,7 +535,17 @@ fn compare_random_pool_traces(confs: &[&str], seeds_per_case: u64) {
             conf: conf.into(),
             ..Case::default()
         };
-        let theirs = run_oracle(&oracle, &trace, &case, &dir.join(format!("p{seed}")));
+        let theirs = match try_run_oracle(&oracle, &trace, &case, &dir.join(format!("p{seed}"))) {
+            Ok(o) => o,
+            Err(why) => {
+                crashed.push(why.lines().next().unwrap_or_default().to_string());
+                continue;
+            }
+        };
+        if let Some(why) = torch_corrupted(&theirs) {
+            crashed.push(format!("{}: {why}", case.describe(&trace)));
+            continue;
+        }
         let ours = run_ours(&trace, &case);
         runs += 1;
         let d = differences(&ours, &theirs);
@@ -523,5 +567,20 @@ fn compare_random_pool_traces(confs: &[&str], seeds_per_case: u64) {
         dir.display(),
         failures.join("\n")
     );
-    eprintln!("{runs} random pool traces identical to the oracle");
+    // torch deletes a forgotten pool while blocks of it are alive; a free of one before
+    // another pool takes the storage writes into freed memory, and the oracle may die of it
+    // or trip one of torch's consistency checks of its free sets. Those traces cannot be
+    // compared; the rest must be most of them.
+    for why in &crashed {
+        eprintln!("not compared (torch used a deleted pool): {why}");
+    }
+    assert!(
+        crashed.len() * 4 <= runs,
+        "torch crashed on {} traces, more than a quarter of the {runs} compared: {crashed:?}",
+        crashed.len()
+    );
+    eprintln!(
+        "{runs} random pool traces identical to the oracle ({} not compared: torch crashed or failed its own free-set checks)",
+        crashed.len()
+    );
 }

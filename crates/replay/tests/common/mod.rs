@@ -81,6 +81,17 @@ pub struct Outcome {
 
 /// Runs the oracle on `trace`; its segments file goes to `scratch`.
 pub fn run_oracle(oracle: &Path, trace: &Path, case: &Case, scratch: &Path) -> Outcome {
+    try_run_oracle(oracle, trace, case, scratch).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`run_oracle`], with an oracle that did not end with one of its exit statuses (killed by
+/// a signal: torch itself crashed) as an error that says so.
+pub fn try_run_oracle(
+    oracle: &Path,
+    trace: &Path,
+    case: &Case,
+    scratch: &Path,
+) -> Result<Outcome, String> {
     let seg = scratch.with_extension("oracle-segments.csv");
     let mut cmd = Command::new(oracle);
     if case.ignore_streams {
@@ -102,12 +113,15 @@ pub fn run_oracle(oracle: &Path, trace: &Path, case: &Case, scratch: &Path) -> O
     }
     let out = cmd.output().expect("the oracle runs");
     let status = out.status.code().unwrap_or(-1);
-    assert!(
-        matches!(status, 0 | 2 | 3),
-        "oracle failed ({status}) on {}: {}",
-        case.describe(trace),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if !matches!(status, 0 | 2 | 3) {
+        let _ = std::fs::remove_file(&seg);
+        return Err(format!(
+            "oracle failed ({}) on {}: {}",
+            out.status,
+            case.describe(trace),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
     let json = if status == 2 {
         Value::Null
     } else {
@@ -115,11 +129,11 @@ pub fn run_oracle(oracle: &Path, trace: &Path, case: &Case, scratch: &Path) -> O
     };
     let segments = std::fs::read_to_string(&seg).unwrap_or_default();
     let _ = std::fs::remove_file(&seg);
-    Outcome {
+    Ok(Outcome {
         status,
         json,
         segments,
-    }
+    })
 }
 
 /// Replays `trace` through cachalot as the CLI's `replay --json --segments` does.
