@@ -36,7 +36,10 @@ SCENARIOS = {
     "small_expandable": ("expandable_segments:True", 100 * MIB),
     "tiny": ("", 30 * MIB),
     "async": ("backend:cudaMallocAsync", 80 << 30),
+    "uncached": ("", 80 << 30),
 }
+# Scenarios run with PYTORCH_NO_CUDA_MEMORY_CACHING=1.
+UNCACHED = {"uncached"}
 
 
 def main():
@@ -64,6 +67,8 @@ def main():
             env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf, FAKE_CUDA_CAPACITY=str(capacity))
             env.pop("PYTORCH_ALLOC_CONF", None)
             env.pop("PYTORCH_NO_CUDA_MEMORY_CACHING", None)
+            if scenario in UNCACHED:
+                env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
             seg = os.path.join(OUT, stem, scenario + ".segments.csv")
             p = subprocess.run([oracle, "--segments", seg, os.path.join(OUT, name)],
                                env=env, capture_output=True, text=True, check=False)
@@ -81,6 +86,8 @@ def main():
                 f.write("\n")
             scenarios[scenario] = {"PYTORCH_CUDA_ALLOC_CONF": conf, "FAKE_CUDA_CAPACITY": capacity,
                                    "exit": p.returncode}
+            if scenario in UNCACHED:
+                scenarios[scenario]["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
         index[stem] = scenarios
     with open(os.path.join(OUT, "index.json"), "w") as f:
         json.dump(index, f, indent=1, sort_keys=True)

@@ -344,7 +344,8 @@ fn replay_inner(
     let cpu_ns = cpu_start.elapsed().as_nanos();
     // Skipped frees are counted by the trace, not by what was replayed: an OOM'd allocation
     // whose free lies beyond an early stop is not counted.
-    let stats = alloc.stats().unwrap_or_default();
+    let mut stats = alloc.stats().unwrap_or_default();
+    stats.num_sync_all_streams += pool_rows.extra_syncs();
     let mem_info_at_end = alloc
         .with_device(cachalot_core::Device::mem_get_info)
         .map_err(|e| ReplayError::at(0, e.into()))?;

@@ -11,10 +11,10 @@
 //! - Misuse stops the replay with torch's message, as the oracle does.
 
 use cachalot_core::{
-    AllocError, Backend, CachingAllocator, MempoolId, PoolError, SegmentInfo, StatArray,
+    AllocConf, AllocError, Backend, CachingAllocator, MempoolId, PoolError, SegmentInfo, StatArray,
     StreamFilter, StreamId,
 };
-use cachalot_sim::SimDevice;
+use cachalot_sim::{SimConfig, SimDevice};
 
 use crate::load::{LoadedTrace, PoolOp};
 use crate::target::Target;
@@ -46,6 +46,13 @@ pub(crate) struct PoolReplay {
     /// The pool whose use count torch had already changed when it raised (see
     /// [`PoolError::torch_use_count_delta`]).
     adjust: Option<(MempoolId, i32)>,
+    /// Without caching (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`) torch still runs the pool calls
+    /// through its caching allocator, which then never holds a block: this one keeps those
+    /// pools (use counts, misuse, forgetting) and is never asked for memory.
+    uncached_pools: Option<CachingAllocator<SimDevice>>,
+    /// The `num_sync_all_streams` of `empty_cache` of one pool in `uncached_pools` (the
+    /// whole-cache form is counted by the backend itself).
+    uncached_syncs: i64,
 }
 
 /// The `MempoolId_t` of trace pool `index`.
@@ -78,6 +85,9 @@ impl PoolReplay {
     ) -> Result<(), AllocError> {
         let r = match alloc.caching() {
             Some(a) => self.apply_caching(a, trace, op, ptrs, ignore_streams),
+            None if alloc.backend() == Backend::Uncached => {
+                self.apply_uncached(alloc, trace, op, ignore_streams)
+            }
             None => self.apply_direct(alloc, op, ptrs, ignore_streams),
         };
         if let Err(AllocError::Pool(
@@ -141,9 +151,47 @@ impl PoolReplay {
         Ok(())
     }
 
-    /// The direct backends keep no private pools. `backend:cudaMallocAsync` refuses to make
-    /// one (`pool_begin`), allows one capture at a time, and ignores releases and `empty_cache`
-    /// of a pool; without caching the rows change nothing.
+    /// Without caching: the pool rows reach torch's caching allocator, which holds no
+    /// memory; `empty_cache` also reaches the backend, and `record_stream` does nothing.
+    fn apply_uncached(
+        &mut self,
+        alloc: &Target,
+        trace: &LoadedTrace,
+        op: PoolOp,
+        ignore_streams: bool,
+    ) -> Result<(), AllocError> {
+        if self.uncached_pools.is_none() {
+            let sim = SimDevice::new(SimConfig::with_capacity(0));
+            self.uncached_pools = Some(CachingAllocator::new(AllocConf::default(), sim)?);
+        }
+        let Some(pools) = self.uncached_pools.take() else {
+            unreachable!("made above")
+        };
+        let syncs = |a: &CachingAllocator<SimDevice>| a.stats().num_sync_all_streams;
+        let before = syncs(&pools);
+        let r = match op {
+            PoolOp::EmptyCache { pool: None } => {
+                alloc.empty_cache().and_then(|()| pools.empty_cache())
+            }
+            PoolOp::RecordStream { .. } => Ok(()),
+            _ => self.apply_caching(&pools, trace, op, &[], ignore_streams),
+        };
+        if matches!(op, PoolOp::EmptyCache { pool: Some(_) }) {
+            self.uncached_syncs += syncs(&pools) - before;
+        }
+        self.uncached_pools = Some(pools);
+        r
+    }
+
+    /// The `num_sync_all_streams` the pool rows made that the backend's statistics do not
+    /// count (without caching, `empty_cache` of one pool).
+    pub fn extra_syncs(&self) -> i64 {
+        self.uncached_syncs
+    }
+
+    /// `backend:cudaMallocAsync` keeps no private pools: it refuses to make one
+    /// (`pool_begin`), allows one capture at a time, and ignores releases and `empty_cache` of
+    /// a pool.
     fn apply_direct(
         &mut self,
         alloc: &Target,
@@ -151,17 +199,6 @@ impl PoolReplay {
         ptrs: &[u64],
         ignore_streams: bool,
     ) -> Result<(), AllocError> {
-        if alloc.backend() != Backend::CudaMallocAsync {
-            return match op {
-                PoolOp::GraphBegin { .. } => {
-                    self.active_captures += 1;
-                    Ok(())
-                }
-                PoolOp::GraphEnd { .. } => self.mark_capture_end(),
-                PoolOp::EmptyCache { pool: None } => alloc.empty_cache(),
-                _ => Ok(()),
-            };
-        }
         match op {
             PoolOp::PoolBegin { .. } => Err(PoolError::Unsupported.into()),
             PoolOp::GraphBegin { .. } if self.async_capture => {
@@ -197,7 +234,7 @@ impl PoolReplay {
             .map(|i| {
                 let id = pool_id(trace, i);
                 let p = trace.pools[i as usize];
-                let caching = alloc.caching();
+                let caching = alloc.caching().or(self.uncached_pools.as_ref());
                 let mut use_count = caching.and_then(|a| a.pool_use_count(id));
                 if let (Some(c), Some((aid, delta))) = (use_count.as_mut(), self.adjust)
                     && aid == id

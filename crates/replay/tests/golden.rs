@@ -289,7 +289,11 @@ fn pool_rows_match_the_oracle() {
                 );
                 continue;
             }
-            let (conf, _) = parse_pytorch(sc["PYTORCH_CUDA_ALLOC_CONF"].as_str().unwrap()).unwrap();
+            let (mut conf, _) =
+                parse_pytorch(sc["PYTORCH_CUDA_ALLOC_CONF"].as_str().unwrap()).unwrap();
+            if sc["PYTORCH_NO_CUDA_MEMORY_CACHING"] == "1" {
+                conf.backend = cachalot_core::Backend::Uncached;
+            }
             let capacity = sc["FAKE_CUDA_CAPACITY"].as_u64().unwrap();
             let opts = ReplayOptions {
                 conf: conf.clone(),
