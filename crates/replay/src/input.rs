@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use cachalot_core::AllocConf;
 use cachalot_sim::SimConfig;
 use cachalot_torchfmt::{
-    EventKind, EventOptions, Recorded, ReplayEvents, Snapshot, SnapshotError, read_snapshot,
-    replay_events_with,
+    EventKind, EventOptions, Recorded, ReplayEvents, Snapshot, SnapshotError, WindowStart,
+    read_snapshot, replay_events_with,
 };
 use cachalot_trace::{PtrId, Record, StreamKey, TraceError};
 
@@ -114,7 +114,7 @@ impl LoadOptions {
 }
 
 /// What kind of input was loaded.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum InputKind {
     /// An RMM memory-log CSV.
     RmmCsv,
@@ -128,7 +128,21 @@ pub enum InputKind {
         devices_with_history: Vec<u32>,
         /// What the snapshot records about the device's run.
         recorded: Box<Recorded>,
+        /// For a window completed with [`WindowStart::Live`]: the same workload with the
+        /// window's start state rebuilt ([`WindowStart::Layout`]), which the reconstruction
+        /// check replays.
+        layout: Option<Box<WindowLayout>>,
     },
+}
+
+/// A snapshot's workload with the start state of its window rebuilt
+/// ([`WindowStart::Layout`]).
+#[derive(Clone, Debug)]
+pub struct WindowLayout {
+    /// The events ([`ReplayEvents::window`] says whether the start state could be rebuilt).
+    pub events: ReplayEvents,
+    /// The trace of those events.
+    pub trace: LoadedTrace,
 }
 
 /// A loaded input: the replayable trace and where it came from.
@@ -250,24 +264,31 @@ fn signed_size(bytes: i128) -> String {
     if bytes < 0 { format!("-{abs}") } else { abs }
 }
 
-/// The check of a reconstructed window: the whole workload replayed under the snapshot's own
+/// The check of a reconstructed window: the workload replayed under the snapshot's own
 /// configuration, its end state next to the snapshot's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WindowCheck {
     /// The capacity replayed at (the recorded one when known).
     pub capacity: u64,
+    /// The segments the window's start state was rebuilt with ([`WindowStart::Layout`]), or
+    /// why it was not (then the figures below are those of [`WindowStart::Live`]).
+    pub rebuilt: Result<u64, String>,
     /// Requested bytes live at the end of the replay, and at the snapshot (equal when the
     /// reconstruction has every block live at the end).
     pub requested: (u64, u64),
-    /// Bytes allocated at the end of the replay, and at the snapshot (they also differ when
-    /// the replay placed a block where a remainder too small to split stays with it).
+    /// Bytes allocated at the end of the replay, and at the snapshot (they also count the
+    /// remainders too small to split, so they are equal when every block sits where it sat).
     pub allocated: (u64, u64),
     /// Bytes reserved at the end of the replay, and at the snapshot.
     pub reserved: (u64, u64),
-    /// Peak allocated in the replay.
+    /// Peak allocated in the replay from the window's start on (the requests that rebuild
+    /// the start state are not counted).
     pub peak_allocated: u64,
     /// Out-of-memory errors in the replay.
     pub ooms: u64,
+    /// The workload `replay`, `tune` and `compare` replay ([`WindowStart::Live`]: the live
+    /// blocks placed by the configuration): bytes allocated at its end, and its peak.
+    pub placed: (u64, u64),
 }
 
 impl WindowCheck {
@@ -280,6 +301,16 @@ impl WindowCheck {
     pub fn requested_matches(&self) -> bool {
         self.requested.0 == self.requested.1
     }
+
+    /// Whether the replay ends with the snapshot's reserved bytes.
+    pub fn reserved_matches(&self) -> bool {
+        self.reserved.0 == self.reserved.1
+    }
+
+    /// Whether the replay ends in the snapshot's state: requested, allocated and reserved.
+    pub fn matches(&self) -> bool {
+        self.requested_matches() && self.allocated_matches() && self.reserved_matches()
+    }
 }
 
 impl std::fmt::Display for WindowCheck {
@@ -291,20 +322,45 @@ impl std::fmt::Display for WindowCheck {
         let (rr, sr) = self.reserved;
         write!(
             f,
-            "reconstruction check (the workload replayed under the snapshot's own \
-             configuration on a {} device, {} out-of-memory): requested bytes live at the end: \
-             {} (replay {rq}, snapshot {sq}); allocated at the end: {} (replay {ra} = {}, \
-             snapshot {sa} = {}); reserved: replay {}, snapshot {} (what was reserved before \
-             the window is not recorded); peak allocated {}",
+            "reconstruction check: {} ",
+            if self.matches() {
+                "MATCHES the snapshot"
+            } else {
+                "does NOT match the snapshot"
+            }
+        )?;
+        match &self.rebuilt {
+            Ok(n) => write!(
+                f,
+                "(the window's start state rebuilt from the snapshot: {n} segment{} with the \
+                 blocks live then at their addresses; ",
+                plural(*n)
+            )?,
+            Err(why) => write!(
+                f,
+                "(the start state not rebuilt: {why}; the live blocks placed in address order; "
+            )?,
+        }
+        write!(
+            f,
+            "replayed under the snapshot's own configuration on a {} device, {} \
+             out-of-memory): at the end, requested bytes {} (replay {rq}, snapshot {sq}), \
+             allocated {} (replay {ra} = {}, snapshot {sa} = {}), reserved {} (replay {rr} = \
+             {}, snapshot {sr} = {}); peak allocated {}. The workload tune, compare and replay \
+             use places the live blocks by each configuration: it ends with {} allocated and \
+             peaks at {}",
             size(self.capacity),
             self.ooms,
             verdict(self.requested_matches()),
             verdict(self.allocated_matches()),
             size(ra),
             size(sa),
+            verdict(self.reserved_matches()),
             size(rr),
             size(sr),
-            size(self.peak_allocated)
+            size(self.peak_allocated),
+            size(self.placed.0),
+            size(self.placed.1)
         )
     }
 }
@@ -328,35 +384,75 @@ fn peak_live(trace: &LoadedTrace) -> u64 {
 }
 
 /// Replays a snapshot's workload under `conf` (the snapshot's own configuration) at its
-/// recorded capacity (or a device large enough for anything it asks) and compares the end
-/// state with the snapshot's. `None` for a CSV.
+/// recorded capacity (or a device large enough for anything it asks), with the window's
+/// start state rebuilt where it can be, and compares the end state with the snapshot's.
+/// `None` for a CSV.
 pub fn check_window(
     input: &LoadedInput,
     conf: &AllocConf,
 ) -> Result<Option<WindowCheck>, crate::ReplayError> {
-    let Some(rec) = input.recorded() else {
+    let (Some(rec), InputKind::Snapshot { layout, .. }) = (input.recorded(), &input.kind) else {
         return Ok(None);
     };
     let capacity = rec
         .capacity
         .unwrap_or_else(|| (80u64 << 30).max(peak_live(&input.trace).saturating_mul(2)));
-    let r = crate::replay(
-        &input.trace,
-        &crate::ReplayOptions {
-            conf: conf.clone(),
-            sim: SimConfig::with_capacity(capacity),
-            max_oom_reports: 0,
-            ..crate::ReplayOptions::default()
-        },
-    )?;
+    let run = |trace: &LoadedTrace, sample_every: usize| {
+        crate::replay(
+            trace,
+            &crate::ReplayOptions {
+                conf: conf.clone(),
+                sim: SimConfig::with_capacity(capacity),
+                max_oom_reports: 0,
+                sample_every,
+                ..crate::ReplayOptions::default()
+            },
+        )
+    };
     let stat = |v: i64| v.max(0) as u64;
+    let live = run(&input.trace, 0)?;
+    let placed = (
+        stat(live.stats.allocated_bytes.all().current),
+        stat(live.stats.allocated_bytes.all().peak),
+    );
+    let rebuilt = layout
+        .as_deref()
+        .filter(|l| l.events.window == WindowStart::Layout);
+    let (r, peak, segments) = match rebuilt {
+        Some(l) => {
+            let r = run(&l.trace, 1)?;
+            let prologue = l
+                .events
+                .entries
+                .iter()
+                .take_while(|&&e| e == ReplayEvents::NOT_RECORDED)
+                .count();
+            let peak = r
+                .samples
+                .iter()
+                .filter(|s| s.op_index + 1 >= prologue)
+                .map(|s| s.allocated)
+                .max()
+                .unwrap_or(0);
+            (r, peak, Ok(l.events.start_segments))
+        }
+        None => {
+            let why = match layout.as_deref() {
+                Some(l) => l.events.layout_refused.clone().unwrap_or_default(),
+                None => "the history has no blocks live before it".to_string(),
+            };
+            (live, placed.1, Err(why))
+        }
+    };
     Ok(Some(WindowCheck {
         capacity,
+        rebuilt: segments,
         requested: (stat(r.stats.requested_bytes.all().current), rec.requested),
         allocated: (stat(r.stats.allocated_bytes.all().current), rec.allocated),
         reserved: (stat(r.stats.reserved_bytes.all().current), rec.reserved),
-        peak_allocated: stat(r.stats.allocated_bytes.all().peak),
+        peak_allocated: peak,
         ooms: r.ooms.count,
+        placed,
     }))
 }
 
@@ -373,6 +469,7 @@ pub fn trace_from_events(events: &ReplayEvents) -> LoadedTrace {
             EventKind::Free => Record::Free {
                 ptr: PtrId::from_raw(e.addr),
             },
+            EventKind::EmptyCache => Record::EmptyCache { pool: None },
         };
         b.push(i as u64 + 2, record);
     }
@@ -438,6 +535,24 @@ pub fn snapshot_input(
     format: cachalot_torchfmt::Format,
     events: &EventOptions,
 ) -> Result<LoadedInput, SnapshotError> {
+    let layout = if events.window == WindowStart::Live {
+        let layout = replay_events_with(
+            snap,
+            device,
+            &EventOptions {
+                window: WindowStart::Layout,
+                ..*events
+            },
+        )?;
+        (layout.reconstructed > 0).then(|| {
+            Box::new(WindowLayout {
+                trace: trace_from_events(&layout),
+                events: layout,
+            })
+        })
+    } else {
+        None
+    };
     let events = replay_events_with(snap, device, events)?;
     Ok(LoadedInput {
         trace: trace_from_events(&events),
@@ -446,6 +561,7 @@ pub fn snapshot_input(
             events: Box::new(events),
             devices_with_history: snap.devices_with_history(),
             recorded: Box::new(Recorded::of(snap, device)),
+            layout,
         },
     })
 }

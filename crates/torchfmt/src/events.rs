@@ -21,19 +21,23 @@
 
 use std::io::{self, Write};
 
-use cachalot_core::{BlockState, TraceAction};
+use cachalot_core::TraceAction;
 use rustc_hash::FxHashMap;
 
 use crate::SnapshotError;
-use crate::model::{Snapshot, TraceEvent};
+use crate::model::Snapshot;
+use crate::window::{self, Step};
 
-/// An allocation or a free.
+/// An allocation, a free, or the cache given back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
     /// `allocate`.
     Allocate,
     /// `free`.
     Free,
+    /// `empty_cache` (address, size and stream 0): where the history shows the allocator
+    /// giving cached segments back ([`WindowStart::Layout`] only).
+    EmptyCache,
 }
 
 /// One replayable event.
@@ -80,10 +84,21 @@ pub struct ReplayEvents {
     /// [`ReplayEvents::NOT_RECORDED`] for events the history does not hold (allocations
     /// reconstructed before the window).
     pub entries: Vec<u32>,
-    /// Allocations put before the window ([`EventOptions::complete_window`]).
+    /// Allocations put before the window ([`EventOptions::window`]).
     pub reconstructed: u64,
     /// Their requested bytes.
     pub reconstructed_bytes: u128,
+    /// How the window's start was completed: [`WindowStart::Layout`] falls back to
+    /// [`WindowStart::Live`] where the start state cannot be rebuilt.
+    pub window: WindowStart,
+    /// Why the start state could not be rebuilt, when [`WindowStart::Layout`] was asked for
+    /// and [`WindowStart::Live`] used instead.
+    pub layout_refused: Option<String>,
+    /// Events that only rebuild the start state ([`WindowStart::Layout`]'s fillers and the
+    /// whole-segment requests); they come first, before the window's own.
+    pub layout_events: u64,
+    /// Segments at the start of the window ([`WindowStart::Layout`]).
+    pub start_segments: u64,
 }
 
 impl ReplayEvents {
@@ -99,8 +114,13 @@ impl ReplayEvents {
             (EventKind::Free, Some(_)) => "free of a failed request (the lifetime model)",
             (EventKind::Allocate, None) => "alloc",
             (EventKind::Free, None) => "free_completed",
+            (EventKind::EmptyCache, _) => "segment_free: the cache given back",
         };
-        Some(if entry == Self::NOT_RECORDED {
+        Some(if window::is_filler(e.addr) {
+            "a request that rebuilds the snapshot's segments as they were before the history's \
+             window"
+                .to_string()
+        } else if entry == Self::NOT_RECORDED {
             format!(
                 "an allocation live before the history's window (reconstructed), address {:#x}",
                 e.addr
@@ -160,11 +180,8 @@ pub struct EventOptions {
     /// when it falls back), and is held to the end if they never are. Off for conversions,
     /// which keep the program's recorded events.
     pub failed_requests: bool,
-    /// For a window that starts mid-run (ring buffer): put the allocations live at its start
-    /// before it — blocks allocated at the snapshot that the window did not allocate, and
-    /// blocks the window frees that it did not allocate — in address order, so their frees
-    /// are replayed too. Off for conversions, which drop those frees.
-    pub complete_window: bool,
+    /// For a window that starts mid-run (ring buffer): what to put before it.
+    pub window: WindowStart,
     /// Use only the history entries before this index.
     pub until: Option<usize>,
 }
@@ -174,43 +191,41 @@ impl EventOptions {
     /// completed. What `replay`, `tune` and `compare` replay.
     pub const WORKLOAD: EventOptions = EventOptions {
         failed_requests: true,
-        complete_window: true,
+        window: WindowStart::Live,
         until: None,
     };
+}
+
+/// What a window that starts mid-run (a ring buffer's) gets before it (`crate::window` says
+/// how the start state is found).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WindowStart {
+    /// Nothing: frees of blocks allocated before the window are dropped (the reference
+    /// conversion, what `cachalot convert` writes).
+    #[default]
+    Dropped,
+    /// The blocks live at its start (allocated at the snapshot but not by the window, and
+    /// freed by the window without being allocated by it), requested in address order, so
+    /// their frees are replayed too. Each configuration places them its own way, in fresh
+    /// segments: what `replay`, `tune` and `compare` use, since they compare configurations.
+    /// Requested bytes at the end are the snapshot's; allocated bytes can differ by the
+    /// remainders too small to split, which depend on where a block lands.
+    Live,
+    /// The start state itself: the snapshot's segments at the window's start with those
+    /// blocks at their places and the free gaps between them, rebuilt by requests, and each
+    /// release of cached segments the window records (`segment_free`) as an `empty_cache`.
+    /// Under the snapshot's own configuration the replay then makes the recorded run's
+    /// decisions; under another it inherits the recorded fragmentation. What the
+    /// reconstruction check replays. Falls back to [`WindowStart::Live`] (saying why in
+    /// [`ReplayEvents::layout_refused`]) where the start state is not known: expandable
+    /// segments, or pieces no request can make under the snapshot's configuration.
+    Layout,
 }
 
 /// The replayable events of device `device`'s history, as the reference conversions make
 /// them (no failed requests, window not completed).
 pub fn replay_events(snap: &Snapshot, device: u32) -> Result<ReplayEvents, SnapshotError> {
     replay_events_with(snap, device, &EventOptions::default())
-}
-
-/// Blocks live before the window: allocated at the snapshot but not by the window, and freed
-/// by the window without being allocated by it. (address, requested bytes, raw stream), in
-/// address order.
-fn live_before(snap: &Snapshot, device: u32, entries: &[TraceEvent]) -> Vec<(u64, u64, u64)> {
-    let mut live: FxHashMap<u64, ()> = FxHashMap::default();
-    let mut out = Vec::new();
-    for e in entries {
-        match e.action {
-            TraceAction::Alloc => {
-                live.insert(e.addr, ());
-            }
-            TraceAction::FreeCompleted if live.remove(&e.addr).is_none() => {
-                out.push((e.addr, e.size, e.stream));
-            }
-            _ => {}
-        }
-    }
-    for s in snap.device_segments(device) {
-        for b in &s.blocks {
-            if b.state == BlockState::ActiveAllocated && !live.contains_key(&b.address) {
-                out.push((b.address, b.requested_size, s.stream));
-            }
-        }
-    }
-    out.sort_unstable();
-    out
 }
 
 /// Builds the event list: numbers streams by first appearance, drops unmatched frees, and
@@ -319,10 +334,28 @@ pub fn replay_events_with(
         .entries
         .iter()
         .position(|e| e.action == TraceAction::Oom);
-    let before = if opts.complete_window {
-        live_before(snap, device, &trace.entries)
+    let before = match opts.window {
+        WindowStart::Dropped => Vec::new(),
+        WindowStart::Live | WindowStart::Layout => {
+            window::live_before(snap, device, &trace.entries)
+        }
+    };
+    let mut steps = None;
+    if opts.window == WindowStart::Layout && !before.is_empty() {
+        match window::layout_steps(snap, device, &trace.entries, &before) {
+            Ok(s) => steps = Some(s),
+            Err(why) => out.layout_refused = Some(why),
+        }
+    }
+    out.window = match (opts.window, &steps) {
+        (WindowStart::Dropped, _) => WindowStart::Dropped,
+        (_, Some(_)) => WindowStart::Layout,
+        _ => WindowStart::Live,
+    };
+    let releases = if steps.is_some() {
+        window::releases(&trace.entries)
     } else {
-        Vec::new()
+        Default::default()
     };
     let mut b = Builder {
         out: &mut out,
@@ -332,14 +365,47 @@ pub fn replay_events_with(
         pending: std::collections::BinaryHeap::new(),
         entry: ReplayEvents::NOT_RECORDED,
     };
-    for &(addr, size, stream) in &before {
+    let live_step = |b: &mut Builder, addr: u64, size: u64, stream: u64| {
         b.alloc(addr, size, stream);
         b.out.reconstructed += 1;
         b.out.reconstructed_bytes += size as u128;
+    };
+    match steps {
+        Some(steps) => {
+            for step in steps {
+                match step {
+                    Step::Alloc {
+                        id,
+                        size,
+                        stream,
+                        live: true,
+                    } => live_step(&mut b, id, size, stream),
+                    Step::Alloc {
+                        id, size, stream, ..
+                    } => {
+                        b.out.layout_events += 1;
+                        b.alloc(id, size, stream);
+                    }
+                    Step::Free { id, stream } => {
+                        b.out.layout_events += 1;
+                        b.free(id, 0, stream);
+                    }
+                }
+            }
+            b.out.start_segments = window::start_segment_count(snap, device, &trace.entries);
+        }
+        None => {
+            for l in &before {
+                live_step(&mut b, l.addr, l.requested, l.stream);
+            }
+        }
     }
     let until = opts.until.unwrap_or(usize::MAX);
     for (i, e) in trace.entries.iter().enumerate().take(until) {
         b.entry = u32::try_from(i).unwrap_or(ReplayEvents::NOT_RECORDED);
+        if releases.contains(&i) {
+            b.push(EventKind::EmptyCache, 0, 0, 0);
+        }
         match e.action {
             TraceAction::Alloc => b.alloc(e.addr, e.size, e.stream),
             TraceAction::FreeCompleted => b.free(e.addr, e.size, e.stream),
@@ -366,6 +432,7 @@ pub fn write_rmm_csv(mut w: impl Write, events: &[ReplayEvent]) -> io::Result<()
         let action = match e.kind {
             EventKind::Allocate => "allocate",
             EventKind::Free => "free",
+            EventKind::EmptyCache => "empty_cache",
         };
         writeln!(w, "1,{i},{action},{:#x},{},{}", e.addr, e.size, e.stream)?;
     }

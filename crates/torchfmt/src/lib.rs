@@ -30,9 +30,10 @@ pub mod pickle;
 pub mod summary;
 pub mod tree;
 pub mod unpickle;
+mod window;
 
 pub use events::{
-    EventKind, EventOptions, FailedRequest, ReplayEvent, ReplayEvents, replay_events,
+    EventKind, EventOptions, FailedRequest, ReplayEvent, ReplayEvents, WindowStart, replay_events,
     replay_events_with, write_rmm_csv,
 };
 pub use explain::{OomExplanation, OomRequest, Recorded, capacity_at_oom, explain_oom};
