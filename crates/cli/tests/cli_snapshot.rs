@@ -204,6 +204,33 @@ fn convert_writes_the_reference_csv() {
 }
 
 #[test]
+fn convert_to_a_gz_name_writes_gzip() {
+    // Issue #9 item 7: `convert … x.csv.gz` wrote plain text under a gzip name.
+    let input = fixtures().join("snapshots/cs336_magma.json.gz");
+    let dir = tmp("convert-gz");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (plain, gz) = (dir.join("magma.csv"), dir.join("magma.csv.gz"));
+    ok(&["convert", path(&input), path(&plain)]);
+    ok(&["convert", path(&input), path(&gz)]);
+    let bytes = std::fs::read(&gz).unwrap();
+    assert_eq!(bytes[..2], [0x1f, 0x8b], "not gzip");
+    assert!(gunzip(&gz) == std::fs::read(&plain).unwrap());
+    // It reads back as the same trace.
+    let a = ok(&["replay", path(&gz), "--json"]);
+    let b = ok(&["replay", path(&plain), "--json"]);
+    let stats =
+        |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap()["device_stats"].clone();
+    assert_eq!(stats(&a), stats(&b));
+    // Written atomically: no temporary file is left beside it.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
 fn explain_reads_torchs_oom_snapshot() {
     let snap = fixtures().join("pickle/resnet50-train.oom-5G.pickle.gz");
     let out = ok(&["explain", path(&snap)]);

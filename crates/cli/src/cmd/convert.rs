@@ -15,7 +15,8 @@ use cachalot_trace::{seal_csv, write_atomic};
 pub struct Args {
     /// The input: a torch memory snapshot (pickle or JSON) or an RMM CSV, plain or gzip.
     input: PathBuf,
-    /// The RMM CSV to write (`-` for standard output).
+    /// The RMM CSV to write (`-` for standard output); gzip-compressed when the name ends in
+    /// `.gz`.
     output: PathBuf,
     /// For a snapshot with history on several devices: the device to convert.
     #[arg(long, value_name = "N")]
@@ -45,8 +46,17 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if a.output.as_os_str() == "-" {
         std::io::stdout().lock().write_all(&csv)?;
     } else {
-        write_atomic(&a.output, |w| w.write_all(&csv))
-            .with_context(|| format!("cannot write {}", a.output.display()))?;
+        let gzip = a.output.extension().is_some_and(|e| e == "gz");
+        write_atomic(&a.output, |w| {
+            if gzip {
+                let mut z = flate2::write::GzEncoder::new(w, flate2::Compression::default());
+                z.write_all(&csv)?;
+                z.finish()?.flush()
+            } else {
+                w.write_all(&csv)
+            }
+        })
+        .with_context(|| format!("cannot write {}", a.output.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }
