@@ -29,6 +29,9 @@ impl<D: Device> State<D> {
                 !b.stream_uses.is_empty(),
             )
         };
+        if has_uses && self.active_mirrors_allocation {
+            self.unmirror_active();
+        }
         self.stats.allocation.decrease(small, 1);
         self.stats.allocated_bytes.decrease(small, size);
         self.record(TraceAction::FreeRequested, ptr, requested, stream);
@@ -143,13 +146,16 @@ impl<D: Device> State<D> {
                 s.inactive_split_bytes.apply(small, net_bytes);
             }
         }
-        s.active.decrease(small, 1);
-        s.active_bytes.decrease(small, original_size);
+        if !self.active_mirrors_allocation {
+            s.active.decrease(small, 1);
+            s.active_bytes.decrease(small, original_size);
+        }
         s.requested_bytes.decrease(small, requested);
     }
 
     /// Absorbs `src` into `dst` if `src` is a free neighbour in the same mapping state;
     /// returns the bytes absorbed (`try_merge_blocks`).
+    #[inline]
     pub(crate) fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>) -> u64 {
         let Some(src) = src else { return 0 };
         {
@@ -189,5 +195,41 @@ impl<D: Device> State<D> {
         self.blocks[dst].size += s_size;
         self.blocks.remove(src);
         s_size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cachalot_device::StreamId;
+    use cachalot_sim::{SimConfig, SimDevice};
+
+    use crate::{AllocConf, CachingAllocator};
+
+    /// `active` and `active_bytes` read as `allocation` and `allocated_bytes` until a freed
+    /// block waits on another stream's work; from then on they are counted on their own, from
+    /// the values (peaks included) they had.
+    #[test]
+    fn active_follows_allocation_until_a_freed_block_waits_on_a_stream() {
+        let sim = SimDevice::new(SimConfig::default());
+        let a = CachingAllocator::new(AllocConf::default(), sim).unwrap();
+        let p = a.malloc(1 << 20, StreamId::DEFAULT).unwrap();
+        let q = a.malloc(3 << 20, StreamId::DEFAULT).unwrap();
+        a.free(q).unwrap();
+        let s = a.stats();
+        assert_eq!(
+            (s.active, s.active_bytes),
+            (s.allocation, s.allocated_bytes)
+        );
+        assert_eq!(s.active.all().peak, 2);
+        a.record_stream(p, StreamId(7)).unwrap();
+        a.free(p).unwrap();
+        let s = a.stats();
+        assert_eq!(s.allocation.all().current, 0);
+        assert_eq!(s.active.all().current, 1, "the block waits on stream 7");
+        assert_eq!(s.active_bytes.all().current, 1 << 20);
+        assert_eq!(s.active.all().peak, 2);
+        assert_eq!(s.active_bytes.all().peak, s.allocated_bytes.all().peak);
+        assert_eq!(s.active.all().freed, 1);
+        a.check_invariants().unwrap();
     }
 }

@@ -87,6 +87,45 @@ struct Class {
     chunks: Vec<Vec<Entry>>,
 }
 
+/// Inserts `e` into a class of several chunks, in order.
+#[cold]
+#[inline(never)]
+fn insert_chunked(chunks: &mut Vec<Vec<Entry>>, e: Entry) {
+    let key = e.key();
+    let (ci, i) = lower_bound(chunks, key);
+    let chunk = &mut chunks[ci];
+    debug_assert!(
+        chunk.get(i).is_none_or(|x| x.key() != key),
+        "block already in the free set"
+    );
+    chunk.insert(i, e);
+    if chunk.len() > CHUNK {
+        split_chunk(chunks, ci);
+    }
+}
+
+/// Cuts the over-full chunk `ci` in two halves.
+#[cold]
+#[inline(never)]
+fn split_chunk(chunks: &mut Vec<Vec<Entry>>, ci: usize) {
+    let upper = chunks[ci].split_off(CHUNK / 2);
+    chunks.insert(ci + 1, upper);
+}
+
+/// After a removal left chunk `ci` (of several) short: drops it if empty, else merges it with
+/// its successor if both fit in one.
+#[cold]
+#[inline(never)]
+fn rebalance(chunks: &mut Vec<Vec<Entry>>, ci: usize) {
+    let n = chunks[ci].len();
+    if n == 0 {
+        chunks.remove(ci);
+    } else if ci + 1 < chunks.len() && n + chunks[ci + 1].len() <= CHUNK {
+        let next = chunks.remove(ci + 1);
+        chunks[ci].extend_from_slice(&next);
+    }
+}
+
 /// The position of the first entry not less than `key` in a class: (chunk, index); the
 /// index may be one past the end of the last chunk.
 #[inline]
@@ -196,6 +235,7 @@ impl StreamSet {
         Some(w * 64 + 63 - self.bitmap[w].leading_zeros() as usize)
     }
 
+    #[inline]
     fn insert(&mut self, e: Entry) {
         if self.is_flat {
             let key = e.key();
@@ -206,97 +246,136 @@ impl StreamSet {
             );
             self.flat.insert(i, e);
             if self.flat.len() > FLAT_MAX {
-                self.is_flat = false;
-                let mut flat = std::mem::take(&mut self.flat);
-                for e in flat.drain(..) {
-                    self.insert_classed(e);
-                }
-                self.flat = flat;
+                self.unflatten();
             }
         } else {
             self.insert_classed(e);
         }
     }
 
+    /// Moves the entries of the flat vector into size classes (the set outgrew it).
+    #[cold]
+    #[inline(never)]
+    fn unflatten(&mut self) {
+        self.is_flat = false;
+        let mut flat = std::mem::take(&mut self.flat);
+        for e in flat.drain(..) {
+            self.insert_classed(e);
+        }
+        self.flat = flat;
+    }
+
+    #[inline]
     fn insert_classed(&mut self, e: Entry) {
         let c = class_of(e.size);
         if c >= self.classes.len() {
-            self.classes.resize_with(c + 1, Class::default);
-        }
-        let class = &mut self.classes[c];
-        if class.chunks.is_empty() {
-            class.chunks.push(Vec::with_capacity(4));
+            self.grow_classes(c);
         }
         let key = e.key();
-        let (ci, i) = lower_bound(&class.chunks, key);
-        let chunk = &mut class.chunks[ci];
-        debug_assert!(
-            chunk.get(i).is_none_or(|x| x.key() != key),
-            "block already in the free set"
-        );
-        chunk.insert(i, e);
-        if chunk.len() > CHUNK {
-            let upper = chunk.split_off(CHUNK / 2);
-            class.chunks.insert(ci + 1, upper);
+        let chunks = &mut self.classes[c].chunks;
+        if chunks.len() == 1 {
+            // The usual case: the class fits in one chunk.
+            let chunk = &mut chunks[0];
+            let i = chunk.partition_point(|x| x.key() < key);
+            debug_assert!(
+                chunk.get(i).is_none_or(|x| x.key() != key),
+                "block already in the free set"
+            );
+            chunk.insert(i, e);
+            if chunk.len() > CHUNK {
+                split_chunk(chunks, 0);
+            }
+        } else {
+            insert_chunked(chunks, e);
         }
         self.classed += 1;
         self.mark(c);
     }
 
+    /// Adds classes up to class `c`, each with its one empty chunk.
+    #[cold]
+    #[inline(never)]
+    fn grow_classes(&mut self, c: usize) {
+        self.classes.resize_with(c + 1, || Class {
+            chunks: vec![Vec::new()],
+        });
+    }
+
     /// Removes the entry at (class, chunk, index).
+    #[inline]
     fn remove_at(&mut self, c: usize, ci: usize, i: usize) -> Entry {
         if c == FLAT {
             return self.flat.remove(i);
         }
         let e = self.remove_classed(c, ci, i);
         if self.classed <= FLAT_MIN {
-            // Back into one vector, in order; each class keeps one empty chunk.
-            while let Some(c) = self.next_class(0) {
-                self.unmark(c);
-                let chunks = &mut self.classes[c].chunks;
-                for ch in chunks.iter() {
-                    self.flat.extend_from_slice(ch);
-                }
-                chunks.truncate(1);
-                chunks[0].clear();
-            }
-            self.classed = 0;
-            self.is_flat = true;
+            self.flatten();
         }
         e
     }
 
+    /// Moves the few entries left in the classes back into one vector, in order; each class
+    /// keeps one empty chunk.
+    #[cold]
+    #[inline(never)]
+    fn flatten(&mut self) {
+        while let Some(c) = self.next_class(0) {
+            self.unmark(c);
+            let chunks = &mut self.classes[c].chunks;
+            for ch in chunks.iter() {
+                self.flat.extend_from_slice(ch);
+            }
+            chunks.truncate(1);
+            chunks[0].clear();
+        }
+        self.classed = 0;
+        self.is_flat = true;
+    }
+
+    #[inline]
     fn remove_classed(&mut self, c: usize, ci: usize, i: usize) -> Entry {
         let chunks = &mut self.classes[c].chunks;
         let e = chunks[ci].remove(i);
         let n = chunks[ci].len();
-        if n == 0 {
+        if n < CHUNK_LOW {
             if chunks.len() > 1 {
-                chunks.remove(ci);
-            } else {
+                rebalance(chunks, ci);
+            } else if n == 0 {
                 self.unmark(c);
             }
-        } else if n < CHUNK_LOW && ci + 1 < chunks.len() && n + chunks[ci + 1].len() <= CHUNK {
-            let next = chunks.remove(ci + 1);
-            chunks[ci].extend_from_slice(&next);
         }
         self.classed -= 1;
         e
     }
 
-    /// Removes the entry with `key` and block `id`; returns whether it was there.
-    fn remove(&mut self, key: SizeKey, id: BlockId) -> bool {
-        let c = if self.is_flat { FLAT } else { class_of(key.0) };
-        if c != FLAT && !self.is_marked(c) {
-            return false;
-        }
-        let (ci, i) = lower_bound(self.chunks(c), key);
+    /// The position of the entry with `key` and block `id`, if it is there.
+    #[inline]
+    fn position(&self, key: SizeKey, id: BlockId) -> Option<(usize, usize, usize)> {
+        let (c, ci, i) = if self.is_flat {
+            (FLAT, 0, self.flat.partition_point(|x| x.key() < key))
+        } else {
+            let c = class_of(key.0);
+            if !self.is_marked(c) {
+                return None;
+            }
+            let (ci, i) = lower_bound(&self.classes[c].chunks, key);
+            (c, ci, i)
+        };
         match self.chunks(c)[ci].get(i) {
-            Some(e) if e.key() == key && e.id == id => {
+            Some(e) if e.key() == key && e.id == id => Some((c, ci, i)),
+            _ => None,
+        }
+    }
+
+    /// Removes the entry with `key` and block `id`; returns whether it was there.
+    #[inline]
+    fn remove(&mut self, key: SizeKey, id: BlockId) -> bool {
+        match self.position(key, id) {
+            Some((c, ci, i)) => {
                 self.remove_at(c, ci, i);
                 true
             }
-            _ => false,
+            None => false,
         }
     }
 
@@ -365,10 +444,18 @@ impl FreeSet {
         }
     }
 
+    #[inline]
     fn find_or_add(&mut self, stream: u64) -> u32 {
-        if let Some(i) = self.find(stream) {
-            return i;
+        match self.find(stream) {
+            Some(i) => i,
+            None => self.add_stream(stream),
         }
+    }
+
+    /// Adds an empty set for `stream`; returns its index.
+    #[cold]
+    #[inline(never)]
+    fn add_stream(&mut self, stream: u64) -> u32 {
         let i = self.sets.len() as u32;
         self.streams.push(stream);
         self.sets.push(StreamSet::new());

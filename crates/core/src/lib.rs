@@ -91,7 +91,10 @@ impl<D: Device> CachingAllocator<D> {
         let mut s = self.lock();
         let r = f(&mut s);
         #[cfg(feature = "check-invariants")]
-        if let Err(e) = s.check_invariants() {
+        if let Err(e) = {
+            s.sync_active();
+            s.check_invariants()
+        } {
             panic!("allocator invariant broken: {e}");
         }
         r
@@ -127,12 +130,16 @@ impl<D: Device> CachingAllocator<D> {
 
     /// A copy of the statistics (`torch.cuda.memory_stats()`).
     pub fn stats(&self) -> DeviceStats {
-        self.lock().stats.clone()
+        let mut s = self.lock();
+        s.sync_active();
+        s.stats.clone()
     }
 
     /// Reads one number from the statistics without copying them all.
     pub fn with_stats<T>(&self, f: impl FnOnce(&DeviceStats) -> T) -> T {
-        f(&self.lock().stats)
+        let mut s = self.lock();
+        s.sync_active();
+        f(&s.stats)
     }
 
     /// `torch.cuda.reset_peak_memory_stats()`.
@@ -215,8 +222,9 @@ impl<D: Device> CachingAllocator<D> {
     /// recount): O(number of blocks). The `check-invariants` feature runs it after every
     /// operation; tests call it directly.
     pub fn check_invariants(&self) -> Result<(), InvariantError> {
-        self.lock()
-            .check_invariants()
+        let mut s = self.lock();
+        s.sync_active();
+        s.check_invariants()
             .map_err(|message| InvariantError { message })
     }
 

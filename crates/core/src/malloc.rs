@@ -257,8 +257,10 @@ impl<D: Device> State<D> {
         let s = &mut self.stats;
         s.allocation.increase(small, 1);
         s.allocated_bytes.increase(small, bsize);
-        s.active.increase(small, 1);
-        s.active_bytes.increase(small, bsize);
+        if !self.active_mirrors_allocation {
+            s.active.increase(small, 1);
+            s.active_bytes.increase(small, bsize);
+        }
         s.requested_bytes.increase(small, orig_size);
         if bsize >= self.conf.max_split_size {
             s.oversize_allocations.increase(1);

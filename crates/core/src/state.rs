@@ -37,7 +37,14 @@ pub(crate) struct State<D> {
     pub allowed_memory_maximum: Option<u64>,
     /// Device capacity, read once at construction.
     pub device_total: u64,
+    /// The statistics. While [`State::active_mirrors_allocation`], `active` and
+    /// `active_bytes` are stale: read them through [`State::sync_active`].
     pub stats: DeviceStats,
+    /// True until a freed block first waits on stream events. Until then every change to the
+    /// `allocation` and `allocated_bytes` statistics is the same change to `active` and
+    /// `active_bytes` (a block is active iff allocated), so only the former are counted and
+    /// [`State::sync_active`] copies them over.
+    pub active_mirrors_allocation: bool,
     pub history: Option<History>,
     /// Creation number for the next segment (torch's `registration_counter_global`).
     pub next_segment_id: u32,
@@ -76,6 +83,7 @@ impl<D: Device> State<D> {
             allowed_memory_maximum: None,
             device_total: info.total,
             stats,
+            active_mirrors_allocation: true,
             history: None,
             next_segment_id: 0,
             oom_cause: OomCause::DeviceFull,
@@ -94,6 +102,24 @@ impl<D: Device> State<D> {
         } else {
             None
         };
+    }
+
+    /// Brings `active` and `active_bytes` up to date (see
+    /// [`State::active_mirrors_allocation`]).
+    #[inline]
+    pub fn sync_active(&mut self) {
+        if self.active_mirrors_allocation {
+            self.stats.active = self.stats.allocation;
+            self.stats.active_bytes = self.stats.allocated_bytes;
+        }
+    }
+
+    /// From now on `active` and `active_bytes` are counted on their own: a block is about to
+    /// stay active after its allocation ends.
+    #[cold]
+    pub fn unmirror_active(&mut self) {
+        self.sync_active();
+        self.active_mirrors_allocation = false;
     }
 
     /// Whether the garbage collector runs (a threshold and a fraction limit are both set).
