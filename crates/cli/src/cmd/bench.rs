@@ -2,7 +2,8 @@
 //!
 //! Each trace × configuration is replayed `--runs` times through cachalot and, where the
 //! oracle is set up, through torch's allocator, the two alternating so that a burst of load
-//! on a shared machine hits both. The minimum of each counts.
+//! on a shared machine hits both. The minimum of each counts, and the median is shown next to
+//! it (with its own ratio) to show how much the load moved the numbers.
 //!
 //! - cachalot: the replaying thread's CPU time in the replay loop only.
 //! - torch: the oracle's CPU time (user + system, of the whole process) on the trace, less
@@ -290,6 +291,17 @@ fn find_oracle(a: &Args) -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
+/// The median of `v` (the mean of the middle two for an even count).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 /// Removes the generated traces when dropped.
 struct TempDir(PathBuf);
 
@@ -357,8 +369,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
     match &oracle {
         Some(o) => println!(
             "cachalot: thread CPU time of the replay loop; torch 2.15 ({}): CPU time of the \
-             oracle less its CPU time on the trace with every row skipped; minimum of {} \
-             alternating runs each",
+             oracle less its CPU time on the trace with every row skipped; minimum (and \
+             median) of {} alternating runs each",
             o.display(),
             a.runs
         ),
@@ -368,8 +380,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
         ),
     }
     println!(
-        "{:<21} {:<27} {:>8} {:>11} {:>9} {:>6} {:>10}  same decisions",
-        "trace", "config", "events", "cachalot ns", "torch ns", "ratio", "torch wall"
+        "{:<21} {:<27} {:>8} {:>11} {:>9} {:>6} {:>15} {:>9}  {:>10}  same decisions",
+        "trace",
+        "config",
+        "events",
+        "cachalot ns",
+        "torch ns",
+        "ratio",
+        "median ns c / t",
+        "med ratio",
+        "torch wall"
     );
     let mut differ = false;
     for (name, path) in &traces {
@@ -397,38 +417,53 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 sim: SimConfig::with_capacity(80 << 30),
                 ..ReplayOptions::default()
             };
-            let mut ours = f64::INFINITY;
-            let mut torch_cpu = Duration::MAX;
-            let mut skip_cpu = Duration::MAX;
+            // Per run: cachalot ns/op; the oracle's CPU ns on the trace and on its skipped twin.
+            let mut ours = Vec::with_capacity(a.runs);
+            let mut torch_cpu = Vec::with_capacity(a.runs);
+            let mut skip_cpu = Vec::with_capacity(a.runs);
             let mut torch_wall = f64::INFINITY;
             let mut same: Option<bool> = None;
             for _ in 0..a.runs {
                 let (ns, d) = cachalot_run(&trace, &opts)?;
-                ours = ours.min(ns);
+                ours.push(ns);
                 if let (Some(o), Some((plain, noop))) = (&oracle, &twins) {
                     let (cpu, wall, td) = oracle_run(o, plain, conf)?;
-                    torch_cpu = torch_cpu.min(cpu);
+                    torch_cpu.push(cpu.as_nanos() as f64);
                     torch_wall = torch_wall.min(wall);
                     same = Some(same.unwrap_or(true) && td == d);
                     let (cpu, _, _) = oracle_run(o, noop, conf)?;
-                    skip_cpu = skip_cpu.min(cpu);
+                    skip_cpu.push(cpu.as_nanos() as f64);
                 }
             }
-            let (t, ratio, w, s) = match same {
+            let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+            let (ours_min, ours_med) = (min(&ours), median(&mut ours));
+            let (t, ratio, med, med_ratio, w, s) = match same {
                 Some(s) => {
                     differ |= !s;
-                    let theirs = torch_cpu.saturating_sub(skip_cpu).as_nanos() as f64 / events;
+                    let theirs = (min(&torch_cpu) - min(&skip_cpu)).max(0.0) / events;
+                    let theirs_med =
+                        (median(&mut torch_cpu) - median(&mut skip_cpu)).max(0.0) / events;
                     (
                         format!("{theirs:.1}"),
-                        format!("{:.3}", ours / theirs),
+                        format!("{:.3}", ours_min / theirs),
+                        format!("{ours_med:.1} / {theirs_med:.1}"),
+                        format!("{:.3}", ours_med / theirs_med),
                         format!("{torch_wall:.1}"),
                         if s { "yes" } else { "NO" },
                     )
                 }
-                None => ("-".into(), "-".into(), "-".into(), "-"),
+                None => (
+                    "-".into(),
+                    "-".into(),
+                    format!("{ours_med:.1} / -"),
+                    "-".into(),
+                    "-".into(),
+                    "-",
+                ),
             };
             println!(
-                "{name:<21} {label:<27} {:>8} {ours:>11.1} {t:>9} {ratio:>6} {w:>10}  {s}",
+                "{name:<21} {label:<27} {:>8} {ours_min:>11.1} {t:>9} {ratio:>6} {med:>15} \
+                 {med_ratio:>9}  {w:>10}  {s}",
                 trace.ops.len()
             );
         }
