@@ -64,8 +64,12 @@
 //! ## Error model
 //!
 //! Every fallible call returns [`Error`] (`#[non_exhaustive]`): [`Error::Alloc`] wraps core's
-//! one allocator error [`AllocError`], the same for every backend, whose out-of-memory cases
-//! display torch 2.15's exact message ([`Error::is_out_of_memory`]); [`Error::Config`] is a
+//! one allocator error [`AllocError`], the same for every backend. An out-of-memory error
+//! ([`Error::is_out_of_memory`]) displays torch 2.15's numbers with its advice worded for this
+//! crate: how to configure an [`Allocator`] (a [`Settings`] string for [`Allocator::new`],
+//! or the environment for [`Allocator::from_env`]) where torch says to set
+//! `PYTORCH_CUDA_ALLOC_CONF`; [`Error::torch_text`] is torch's own message, word for word
+//! (what the C library raises inside PyTorch). [`Error::Config`] is a
 //! configuration torch would reject, quoting the entry and saying what is valid
 //! ([`ConfigError::torch_message`] is torch's own text). Nothing panics on bad input, and a
 //! failed call leaves the allocator as it was. A free that fails when a buffer is dropped
@@ -112,8 +116,9 @@ pub type CUdeviceptr = u64;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// From the allocator, whichever backend serves it; its out-of-memory text is torch's.
-    #[error(transparent)]
+    /// From the allocator, whichever backend serves it; an out-of-memory error shows
+    /// torch's numbers and this crate's advice ([`Error::torch_text`] is torch's text).
+    #[error("{}", for_rust(.0))]
     Alloc(#[from] AllocError),
     /// The configuration was rejected ([`ConfigError::torch_message`] is what torch 2.15
     /// would raise).
@@ -143,6 +148,54 @@ impl Error {
     pub fn is_invalid_pointer(&self) -> bool {
         matches!(self, Error::Alloc(e) if e.is_invalid_pointer())
     }
+
+    /// The message torch 2.15 gives for this error, word for word (an out-of-memory error's
+    /// advice names `PYTORCH_CUDA_ALLOC_CONF`); the `Display` text of every other error.
+    pub fn torch_text(&self) -> String {
+        match self {
+            Error::Alloc(e) => e.to_string(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// torch's advice at the end of an out-of-memory message, and what this crate says instead.
+const ADVICE: [(&str, &str); 3] = [
+    (
+        " If reserved but unallocated memory is large try setting \
+         PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
+        " If reserved but unallocated memory is large, configure the allocator with \
+         expandable_segments:True to avoid fragmentation: \
+         `Settings::parse(\"expandable_segments:True\")` for `Allocator::new`, or \
+         PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the environment of \
+         `Allocator::from_env`.",
+    ),
+    (
+        "Raise PYTORCH_CUDA_ALLOC_CONF expandable_segments_reserve",
+        "Raise the allocator's expandable_segments_reserve (a `Settings` string, or \
+         PYTORCH_CUDA_ALLOC_CONF for `Allocator::from_env`)",
+    ),
+    (
+        "reduce it via PYTORCH_CUDA_ALLOC_CONF expandable_segments_reserve",
+        "reduce it with the allocator's expandable_segments_reserve (a `Settings` string, or \
+         PYTORCH_CUDA_ALLOC_CONF for `Allocator::from_env`)",
+    ),
+];
+
+/// An allocator error as a Rust user reads it: torch's out-of-memory numbers, with the
+/// advice that names torch's environment variable and documentation worded for this crate.
+fn for_rust(e: &AllocError) -> String {
+    let mut text = e.to_string();
+    if !e.is_out_of_memory() {
+        return text;
+    }
+    for (torch, ours) in ADVICE {
+        text = text.replace(torch, ours);
+    }
+    if let Some(i) = text.find("  See documentation for Memory Management") {
+        text.truncate(i);
+    }
+    text.replace(" by PyTorch", " by the allocator")
 }
 
 /// Result of an allocator call.

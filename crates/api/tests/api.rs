@@ -97,6 +97,57 @@ fn out_of_memory_has_torchs_message_for_each_backend() {
 }
 
 #[test]
+fn out_of_memory_tells_a_rust_user_how_to_configure_this_allocator() {
+    // Issue #9 item 7: the Rust crate's OOM error told a Rust user to set
+    // PYTORCH_CUDA_ALLOC_CONF; torch's own text stays available for the C library.
+    let native = Allocator::new(&Settings::default(), sim(64 << 20)).unwrap();
+    let _keep = native.alloc(40 * MIB, StreamId::DEFAULT).unwrap();
+    let e = native.alloc(40 * MIB, StreamId::DEFAULT).unwrap_err();
+    let (ours, torch) = (e.to_string(), e.torch_text());
+    assert!(
+        torch.contains("try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+        "{torch}"
+    );
+    assert!(
+        torch.contains("reserved by PyTorch but unallocated"),
+        "{torch}"
+    );
+    assert!(
+        ours.contains(r#"Settings::parse("expandable_segments:True")"#),
+        "{ours}"
+    );
+    assert!(ours.contains("Allocator::from_env"), "{ours}");
+    assert!(
+        !ours.contains("try setting PYTORCH_CUDA_ALLOC_CONF"),
+        "{ours}"
+    );
+    assert!(!ours.contains("PyTorch"), "{ours}");
+    assert!(!ours.contains("docs.pytorch.org"), "{ours}");
+    // The numbers are torch's.
+    let numbers = |s: &str| {
+        s.split(". If reserved")
+            .next()
+            .unwrap()
+            .replace("PyTorch", "the allocator")
+    };
+    assert_eq!(numbers(&ours), numbers(&torch));
+    // Under expandable segments torch names its variable in another sentence.
+    let settings = Settings::parse("expandable_segments:True").unwrap();
+    let exp = Allocator::new(&settings, sim(64 << 20)).unwrap();
+    let _keep = exp.alloc(40 * MIB, StreamId::DEFAULT).unwrap();
+    let e = exp.alloc(40 * MIB, StreamId::DEFAULT).unwrap_err();
+    assert!(
+        e.torch_text()
+            .contains("PYTORCH_CUDA_ALLOC_CONF expandable_segments_reserve")
+    );
+    assert!(
+        e.to_string()
+            .contains("the allocator's expandable_segments_reserve"),
+        "{e}"
+    );
+}
+
+#[test]
 fn uncached_backend_goes_straight_to_the_device() {
     let settings = Settings::from_env_with(|k| {
         (k == "PYTORCH_NO_CUDA_MEMORY_CACHING").then(|| "1".to_string())

@@ -73,7 +73,7 @@ pub extern "C-unwind" fn cachalot_malloc(
         let a = device(device_index).ok_or_else(|| (false, String::new()))?;
         a.malloc(size as u64, stream(s))
             .map(|p| p as usize as *mut c_void)
-            .map_err(|e| (e.is_out_of_memory(), e.to_string()))
+            .map_err(|e| (e.is_out_of_memory(), e.torch_text()))
     });
     match result {
         Ok(p) => p,
