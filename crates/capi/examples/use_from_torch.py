@@ -17,8 +17,10 @@ The optional hooks make torch.cuda.empty_cache(), set_per_process_memory_fractio
 Tensor.record_stream() reach cachalot (use_cachalot() below sets them).
 
 `--selftest` exercises the same ctypes calls without torch or a GPU, on cachalot's simulated
-device (CACHALOT_DEVICE=sim).
+device (CACHALOT_DEVICE=sim). Where torch is not installed or sees no CUDA GPU, the script
+says so and runs the self-test instead.
 """
+
 import ctypes
 import json
 import os
@@ -64,10 +66,12 @@ def use_cachalot(path):
     alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "cachalot_malloc", "cachalot_free")
     lib = load(path)  # the same library: dlopen returns the handle torch already opened
     hooks = alloc.allocator()
-    for setter, fn in [("set_init_fn", "cachalot_init"),
-                       ("set_reset_fn", "cachalot_reset"),
-                       ("set_memory_fraction_fn", "cachalot_set_memory_fraction"),
-                       ("set_record_stream_fn", "cachalot_record_stream")]:
+    for setter, fn in [
+        ("set_init_fn", "cachalot_init"),
+        ("set_reset_fn", "cachalot_reset"),
+        ("set_memory_fraction_fn", "cachalot_set_memory_fraction"),
+        ("set_record_stream_fn", "cachalot_record_stream"),
+    ]:
         if hasattr(hooks, setter):  # all four exist in torch >= 2.1
             getattr(hooks, setter)(ctypes.cast(getattr(lib, fn), ctypes.c_void_p).value)
     torch.cuda.memory.change_current_allocator(alloc)
@@ -76,10 +80,12 @@ def use_cachalot(path):
 
 def show(lib, label):
     s = memory_stats(lib)
-    print(f"{label}: allocated {s['allocated_bytes.all.current']:,} B, "
-          f"reserved {s['reserved_bytes.all.current']:,} B "
-          f"(peak {s['reserved_bytes.all.peak']:,} B), "
-          f"{s['num_device_alloc']} device allocations")
+    print(
+        f"{label}: allocated {s['allocated_bytes.all.current']:,} B, "
+        f"reserved {s['reserved_bytes.all.current']:,} B "
+        f"(peak {s['reserved_bytes.all.peak']:,} B), "
+        f"{s['num_device_alloc']} device allocations"
+    )
     return s
 
 
@@ -88,8 +94,9 @@ def with_torch(path):
 
     lib = use_cachalot(path)
     print("cachalot backend:", lib.cachalot_backend().decode())
-    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(),
-                                torch.nn.Linear(4096, 1024)).cuda()
+    model = torch.nn.Sequential(
+        torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)
+    ).cuda()
     opt = torch.optim.AdamW(model.parameters())
     for _ in range(5):
         loss = model(torch.randn(256, 1024, device="cuda")).square().mean()
@@ -118,12 +125,13 @@ def selftest(path):
     assert s["allocated_bytes.all.current"] == (1 + 3 + 5 + 12) << 20
     for p, n in zip(ptrs, (1, 3, 5, 12)):
         lib.cachalot_free(p, n << 20, 0, stream)
-    lib.cachalot_free(ctypes.c_void_p(0xdead000), 16, 0, stream)  # reported, not fatal
+    lib.cachalot_free(ctypes.c_void_p(0xDEAD000), 16, 0, stream)  # reported, not fatal
     assert lib.cachalot_unknown_frees() == 1
     assert "Allocated memory" in lib.cachalot_memory_summary(0).decode()
     snap = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"cachalot-selftest-{os.getpid()}.pickle")
     assert lib.cachalot_dump_snapshot(snap.encode()) == 0, lib.cachalot_last_error()
     import pickle
+
     with open(snap, "rb") as f:
         d = pickle.load(f)
     os.remove(snap)
@@ -131,9 +139,23 @@ def selftest(path):
     lib.cachalot_reset()
     s = show(lib, "after reset")
     assert s["reserved_bytes.all.current"] == 0
-    print("SELFTEST OK", json.dumps({k: s[k] for k in ("allocation.all.allocated",
-                                                         "num_device_alloc",
-                                                         "num_device_free")}))
+    print(
+        "SELFTEST OK",
+        json.dumps(
+            {k: s[k] for k in ("allocation.all.allocated", "num_device_alloc", "num_device_free")}
+        ),
+    )
+
+
+def no_gpu():
+    """Why torch cannot train on a GPU here, or None when it can."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():  # counts devices; allocates nothing
+        return f"torch {torch.__version__} sees no CUDA GPU (torch.cuda.is_available() is False)"
+    return None
 
 
 def main():
@@ -143,8 +165,16 @@ def main():
         sys.exit(f"{path} not found: run `cargo build --release -p cachalot-capi` first")
     if "--selftest" in sys.argv:
         selftest(path)
-    else:
+        return
+    why = no_gpu()
+    if why is None:
         with_torch(path)
+        return
+    print(
+        f"{why}: running the self-test instead (--selftest: the same ctypes calls on "
+        "cachalot's simulated device, without torch); the training loop needs a GPU"
+    )
+    selftest(path)
 
 
 if __name__ == "__main__":

@@ -34,3 +34,28 @@ fn python_ctypes_example_runs_on_the_simulated_device() {
     assert_eq!(v["num_device_free"], 2);
     assert!(stderr.contains("ignored free of 0xdead000"), "{stderr}");
 }
+
+#[test]
+fn without_a_gpu_the_example_says_so_and_runs_the_selftest() {
+    // Issue #9 item 7: without `--selftest` the example needed torch and a GPU. With no GPU
+    // visible (and with or without torch installed) it now says why and runs the self-test.
+    if Command::new("python3").arg("--version").output().is_err() {
+        common::skip("python3 not found");
+        return;
+    }
+    let mut cmd = Command::new("python3");
+    cmd.arg(crate_dir().join("examples/use_from_torch.py"))
+        .arg(library());
+    clean_env(&mut cmd);
+    cmd.env("CUDA_VISIBLE_DEVICES", "");
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("running the self-test instead"), "{stdout}");
+    assert!(
+        stdout.contains("torch is not installed") || stdout.contains("sees no CUDA GPU"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("SELFTEST OK "), "{stdout}");
+}
