@@ -12,7 +12,9 @@
  *   PYTORCH_NO_CUDA_MEMORY_CACHING=1             no caching: cudaMalloc/cudaFree per request
  *   CACHALOT_DEVICE                              "cuda" (default) or "sim" (a simulated GPU;
  *                                                stream handles are then plain numbers)
- *   CACHALOT_SIM_CAPACITY                        the simulated GPU's memory, e.g. 80G (default)
+ *   CACHALOT_SIM_CAPACITY                        each simulated GPU's memory, e.g. 80G (default);
+ *                                                devices get disjoint address ranges, and one
+ *                                                that no longer fits below 2^64 refuses to open
  *   CACHALOT_VERBOSE=1                           say on stderr what was set up
  *
  * Every function is thread-safe and never aborts the process: failures are reported on stderr
