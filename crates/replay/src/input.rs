@@ -9,22 +9,18 @@
 //! what `replay`, `tune` and `compare` use). Each event gets its line in the RMM CSV of the
 //! same events (header = line 1).
 
-use std::io::{BufRead, Read};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use cachalot_core::AllocConf;
 use cachalot_sim::SimConfig;
 use cachalot_torchfmt::{
     EventKind, EventOptions, Recorded, ReplayEvents, Snapshot, SnapshotError, WindowStart,
-    read_snapshot, replay_events_with,
+    read_snapshot_from, replay_events_with,
 };
 use cachalot_trace::{PtrId, Record, StreamKey, TraceError};
 
 use crate::load::{LoadedTrace, TraceBuilder};
-
-/// The largest snapshot read (after decompression). Reading needs memory proportional to
-/// the size, so a larger file is refused rather than read.
-pub const MAX_SNAPSHOT_BYTES: u64 = 2 << 30;
 
 /// Why an input could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -53,12 +49,6 @@ pub enum LoadError {
         path: PathBuf,
         /// The underlying error.
         error: std::io::Error,
-    },
-    /// The snapshot is larger than [`MAX_SNAPSHOT_BYTES`].
-    #[error("{}: snapshot larger than {} MiB after decompression; not read", path.display(), MAX_SNAPSHOT_BYTES >> 20)]
-    TooLarge {
-        /// The file.
-        path: PathBuf,
     },
     /// A snapshot with history on several devices, and no device chosen.
     #[error(
@@ -476,30 +466,15 @@ pub fn trace_from_events(events: &ReplayEvents) -> LoadedTrace {
     b.finish()
 }
 
-/// Reads all of `input` (at most [`MAX_SNAPSHOT_BYTES`]).
-fn read_all(mut input: impl Read, path: &Path) -> Result<Vec<u8>, LoadError> {
-    let mut data = Vec::new();
-    input
-        .by_ref()
-        .take(MAX_SNAPSHOT_BYTES + 1)
-        .read_to_end(&mut data)
-        .map_err(|error| LoadError::Io {
-            path: path.to_path_buf(),
-            error,
-        })?;
-    if data.len() as u64 > MAX_SNAPSHOT_BYTES {
-        return Err(LoadError::TooLarge {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(data)
+/// Reads a torch memory snapshot file (pickle or JSON, plain or gzip) as a stream: the
+/// file is never held whole, and only what the snapshot model keeps is (see
+/// `cachalot_torchfmt::decode`).
+pub fn read_snapshot_path(path: &Path) -> Result<Snapshot, LoadError> {
+    read_stream(open(path)?, path)
 }
 
-/// Reads a torch memory snapshot file (pickle or JSON, plain or gzip).
-pub fn read_snapshot_path(path: &Path) -> Result<Snapshot, LoadError> {
-    let input = open(path)?;
-    let data = read_all(input, path)?;
-    read_snapshot(&data).map_err(|error| LoadError::Snapshot {
+fn read_stream(input: impl BufRead, path: &Path) -> Result<Snapshot, LoadError> {
+    read_snapshot_from(input).map_err(|error| LoadError::Snapshot {
         path: path.to_path_buf(),
         error,
     })
@@ -566,20 +541,19 @@ pub fn snapshot_input(
     })
 }
 
-/// Loads a snapshot already read into memory.
+/// Loads a snapshot from its opened file.
 fn load_snapshot(
-    data: &[u8],
+    input: impl BufRead,
     format: cachalot_torchfmt::Format,
     path: &Path,
     opts: &LoadOptions,
 ) -> Result<LoadedInput, LoadError> {
-    let err = |error| LoadError::Snapshot {
+    let snap = read_stream(input, path)?;
+    let device = pick_device(&snap, opts.device, path)?;
+    snapshot_input(&snap, device, format, &opts.events).map_err(|error| LoadError::Snapshot {
         path: path.to_path_buf(),
         error,
-    };
-    let snap = read_snapshot(data).map_err(err)?;
-    let device = pick_device(&snap, opts.device, path)?;
-    snapshot_input(&snap, device, format, &opts.events).map_err(err)
+    })
 }
 
 /// Loads every device with history of a snapshot (or the one trace of a CSV), each as the
@@ -595,12 +569,11 @@ pub fn load_all_devices(path: &Path) -> Result<Vec<LoadedInput>, LoadError> {
         drop(input);
         return Ok(vec![load_input(path, &LoadOptions::workload(None))?]);
     }
-    let data = read_all(input, path)?;
+    let snap = read_stream(input, path)?;
     let err = |error| LoadError::Snapshot {
         path: path.to_path_buf(),
         error,
     };
-    let snap = read_snapshot(&data).map_err(err)?;
     let mut devices = snap.devices_with_history();
     if devices.is_empty() {
         devices.push(0);
@@ -633,9 +606,6 @@ pub fn load_input(path: &Path, opts: &LoadOptions) -> Result<LoadedInput, LoadEr
                 kind: InputKind::RmmCsv,
             })
         }
-        format => {
-            let data = read_all(input, path)?;
-            load_snapshot(&data, format, path, opts)
-        }
+        format => load_snapshot(input, format, path, opts),
     }
 }

@@ -6,10 +6,13 @@
 //!   per-device history and allocator settings.
 //! - [`pickle`]: writing a snapshot as the pickle `_dump_snapshot()` writes, readable by
 //!   `torch.cuda._memory_viz` and the memory_viz page.
-//! - Reading snapshots: [`read_snapshot`] takes a pickle or its JSON form (detected by
-//!   content) through [`unpickle`] / [`json`] into a value [`tree`], then [`decode`]s it.
-//!   Malformed or hostile input gives a [`SnapshotError`], never a panic, with memory
-//!   proportional to the input.
+//! - Reading snapshots: [`read_snapshot`] (in memory) and [`read_snapshot_from`] (a
+//!   stream: a file, a gzip decoder) take a pickle or its JSON form (detected by content).
+//!   [`unpickle`] / [`json`] read the document as a stream and hand each value to the
+//!   [`decode`] builder, which keeps only what the snapshot model holds (no value tree;
+//!   stack frames are dropped as they are read). Malformed or hostile input gives a
+//!   [`SnapshotError`], never a panic, with working memory bounded by what is decoded
+//!   ([`decode::WORK_BASE`], [`decode::WORK_PER_KEPT`]).
 //! - [`events`]: a snapshot's history as replayable allocate/free events (the rules of the
 //!   reference conversions), and RMM CSV output.
 //! - [`explain`]: why an allocation ran out of memory, in numbers, from the segments at the
@@ -28,7 +31,6 @@ pub mod json;
 pub mod model;
 pub mod pickle;
 pub mod summary;
-pub mod tree;
 pub mod unpickle;
 mod window;
 
@@ -127,30 +129,63 @@ pub fn sniff(data: &[u8]) -> Format {
 /// structure as JSON, told apart by content.
 pub fn read_snapshot(data: &[u8]) -> Result<Snapshot, SnapshotError> {
     match sniff(data) {
-        Format::Pickle => {
-            let (tree, root) = unpickle::read_pickle(data)?;
-            decode::decode(&tree, root)
+        Format::Pickle => unpickle::read_pickle(data),
+        Format::Json => json::read_json(data),
+        Format::Other => Err(not_a_snapshot(data)),
+    }
+}
+
+/// [`read_snapshot`] from a stream, read once and never held whole.
+pub fn read_snapshot_from(mut input: impl std::io::BufRead) -> Result<Snapshot, SnapshotError> {
+    let mut head = Vec::new();
+    // Enough of the start to tell the format (fill_buf may return little at a time).
+    while head.len() < SNIFF_BYTES {
+        let buf = input.fill_buf().map_err(io_error)?;
+        if buf.is_empty() {
+            break;
         }
-        Format::Json => {
-            let (tree, root) = json::read_json(data)?;
-            decode::decode(&tree, root)
+        let n = buf.len().min(SNIFF_BYTES - head.len());
+        head.extend_from_slice(&buf[..n]);
+        input.consume(n);
+        if head.len() >= 2 && head.iter().any(|b| !b.is_ascii_whitespace()) {
+            break;
         }
-        Format::Other => {
-            if data.first() == Some(&0x80) {
-                // A PROTO opcode with a version we do not read: let the reader say so.
-                unpickle::read_pickle(data)?;
-            }
-            let head: String = String::from_utf8_lossy(&data[..data.len().min(16)])
-                .chars()
-                .flat_map(char::escape_debug)
-                .collect();
-            Err(SnapshotError::UnknownFormat {
-                found: if data.is_empty() {
-                    "nothing (empty input)".into()
-                } else {
-                    format!("\"{head}\"")
-                },
-            })
+    }
+    let input = std::io::Read::chain(&head[..], input);
+    match sniff(&head) {
+        Format::Pickle => unpickle::read_pickle(std::io::BufReader::new(input)),
+        Format::Json => json::read_json_from(std::io::BufReader::with_capacity(1 << 16, input)),
+        Format::Other => Err(not_a_snapshot(&head)),
+    }
+}
+
+/// How much of a stream's start [`read_snapshot_from`] looks at to tell the format.
+const SNIFF_BYTES: usize = 4096;
+
+fn io_error(e: std::io::Error) -> SnapshotError {
+    SnapshotError::Pickle(PickleError {
+        offset: 0,
+        message: format!("reading the input failed: {e}"),
+    })
+}
+
+/// The error for content that is neither a pickle nor JSON.
+fn not_a_snapshot(data: &[u8]) -> SnapshotError {
+    if data.first() == Some(&0x80) {
+        // A PROTO opcode with a version we do not read: let the reader say so.
+        if let Err(e) = unpickle::read_pickle(&data[..data.len().min(2)]) {
+            return e;
         }
+    }
+    let head: String = String::from_utf8_lossy(&data[..data.len().min(16)])
+        .chars()
+        .flat_map(char::escape_debug)
+        .collect();
+    SnapshotError::UnknownFormat {
+        found: if data.is_empty() {
+            "nothing (empty input)".into()
+        } else {
+            format!("\"{head}\"")
+        },
     }
 }

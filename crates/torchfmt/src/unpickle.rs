@@ -1,22 +1,31 @@
-//! A bounded reader for the pickles torch's `_dump_snapshot` writes.
+//! A streaming, bounded reader for the pickles torch's `_dump_snapshot` writes.
 //!
 //! It runs Python's unpickling machine (a value stack, marks, a memo) over the opcodes that
 //! Python's pickler emits for plain dicts, lists, tuples, strings, numbers, booleans and
 //! `None` under protocols 2 to 5: MemoryViz.js's opcode set (spec §12.3) plus `BINUNICODE8`,
-//! `POP`, `POP_MARK` and `DUP`. Anything else (classes, `REDUCE`, bytes, sets, protocols 0
-//! and 1) is refused with the opcode's name and byte offset.
+//! `POP`, `POP_MARK`, `DUP`, `LIST`, `DICT` and `TUPLE`. Anything else (classes, `REDUCE`,
+//! bytes, sets, protocols 0 and 1) is refused with the opcode's name and byte offset.
 //!
-//! Hostile input: every length is checked against the bytes left before anything is
-//! allocated, each opcode adds at most one node to the [`Tree`], memo references share the
-//! node rather than copying it, and nothing recurses, so a malformed, truncated or deeply
-//! nested pickle yields an error (never a panic) and memory stays proportional to its size.
+//! The input is read as a stream (a gzip decoder, a file), never whole. Values go to a
+//! [`Builder`] as they are made: each new container gets the role its place on the stack
+//! says it will have (Python's pickler adds a dict's items and a list's elements to it with
+//! `SETITEM(S)` / `APPEND(S)` while it is on the stack, the key pushed before the value),
+//! so a history entry is decoded when it is appended to its list and stack frames are
+//! dropped as they are read.
+//!
+//! Hostile input: nothing is allocated from a length before its bytes have arrived, the
+//! memo, the stack and the strings count against the builder's working-memory limit,
+//! memo references share a value rather than copying it, and nothing recurses, so a
+//! malformed, truncated, deeply nested or memo-bombed pickle yields an error (never a
+//! panic) with memory bounded by what it decodes.
 
-use std::borrow::Cow;
+use std::io::{BufRead, ErrorKind, Read};
 
 use rustc_hash::FxHashMap;
 
+use crate::decode::{Builder, Kind, Role, Val};
 use crate::pickle::op;
-use crate::tree::{Node, NodeId, Tree};
+use crate::{Snapshot, SnapshotError};
 
 /// Why a pickle could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,132 +38,372 @@ pub struct PickleError {
     pub message: String,
 }
 
-/// The unpickling machine's state.
-struct Machine<'a> {
-    data: &'a [u8],
-    pos: usize,
-    tree: Tree<'a>,
-    stack: Vec<NodeId>,
-    marks: Vec<usize>,
-    memo: FxHashMap<u32, NodeId>,
-}
-
 type R<T> = Result<T, String>;
 
-impl<'a> Machine<'a> {
-    fn take(&mut self, n: usize) -> R<&'a [u8]> {
-        if self.data.len() - self.pos < n {
-            return Err(format!(
-                "truncated: needs {n} more bytes, {} left",
-                self.data.len() - self.pos
-            ));
+/// Buffered input that counts its position and says how much was left when it ran out.
+struct Input<I> {
+    inner: I,
+    buf: Box<[u8]>,
+    at: usize,
+    end: usize,
+    /// Bytes consumed before `buf[0]`.
+    base: usize,
+}
+
+const BUF: usize = 1 << 16;
+
+impl<I: Read> Input<I> {
+    fn pos(&self) -> usize {
+        self.base + self.at
+    }
+
+    /// Refills the buffer; false at the end of the input.
+    fn refill(&mut self) -> R<bool> {
+        if self.at < self.end {
+            return Ok(true);
         }
-        let s = &self.data[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
+        self.base += self.end;
+        self.at = 0;
+        self.end = 0;
+        loop {
+            match self.inner.read(&mut self.buf) {
+                Ok(n) => {
+                    self.end = n;
+                    return Ok(n > 0);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("reading the input failed: {e}")),
+            }
+        }
     }
 
-    fn u8(&mut self) -> R<u8> {
-        Ok(self.take(1)?[0])
+    fn byte(&mut self) -> R<Option<u8>> {
+        if self.at == self.end && !self.refill()? {
+            return Ok(None);
+        }
+        let b = self.buf[self.at];
+        self.at += 1;
+        Ok(Some(b))
     }
 
-    fn u16(&mut self) -> R<u16> {
-        Ok(u16::from_le_bytes(
-            self.take(2)?.try_into().expect("2 bytes"),
-        ))
+    /// Exactly `N` bytes (`Err` says how many there were).
+    fn array<const N: usize>(&mut self) -> R<[u8; N]> {
+        if self.end - self.at >= N {
+            let a = self.buf[self.at..self.at + N].try_into().expect("N bytes");
+            self.at += N;
+            return Ok(a);
+        }
+        let mut a = [0u8; N];
+        for (got, slot) in a.iter_mut().enumerate() {
+            *slot = self.byte()?.ok_or_else(|| truncated(N, got))?;
+        }
+        Ok(a)
     }
 
-    fn u32(&mut self) -> R<u32> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
+    /// `n` bytes, passed to `f` as one slice: from the buffer when they are in it, else
+    /// gathered into `scratch` as they arrive (each chunk charged to `b` first).
+    fn bytes<T>(
+        &mut self,
+        n: usize,
+        scratch: &mut Vec<u8>,
+        b: &mut Builder,
+        f: impl FnOnce(&mut Builder, &[u8]) -> R<T>,
+    ) -> R<T> {
+        if self.end - self.at >= n {
+            let s = &self.buf[self.at..self.at + n];
+            self.at += n;
+            return f(b, s);
+        }
+        scratch.clear();
+        while scratch.len() < n {
+            if self.at == self.end && !self.refill()? {
+                return Err(truncated(n, scratch.len()));
+            }
+            let take = (n - scratch.len()).min(self.end - self.at);
+            b.charge(take)?;
+            scratch.extend_from_slice(&self.buf[self.at..self.at + take]);
+            self.at += take;
+        }
+        let r = f(b, scratch);
+        b.release(scratch.len());
+        scratch.clear();
+        scratch.shrink_to(BUF);
+        r
     }
 
-    fn u64(&mut self) -> R<u64> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ))
+    /// Makes sure the next `n` bytes are in the buffer; `Err` with how many there were.
+    fn ensure(&mut self, n: usize) -> Result<(), usize> {
+        if self.end - self.at >= n {
+            return Ok(());
+        }
+        self.buf.copy_within(self.at..self.end, 0);
+        self.base += self.at;
+        self.end -= self.at;
+        self.at = 0;
+        if self.buf.len() < n {
+            let mut grown = vec![0u8; n].into_boxed_slice();
+            grown[..self.end].copy_from_slice(&self.buf[..self.end]);
+            self.buf = grown;
+        }
+        while self.end < n {
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => return Err(self.end),
+                Ok(k) => self.end += k,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return Err(self.end),
+            }
+        }
+        Ok(())
     }
 
-    fn push(&mut self, n: Node<'a>) {
-        let id = self.tree.push(n);
-        self.stack.push(id);
+    /// Skips `n` bytes; `Err` with how many there were.
+    fn skip(&mut self, n: u64) -> Result<(), u64> {
+        let mut left = n;
+        while left > 0 {
+            if self.at == self.end && !self.refill().unwrap_or(false) {
+                return Err(n - left);
+            }
+            let take = left.min((self.end - self.at) as u64) as usize;
+            self.at += take;
+            left -= take as u64;
+        }
+        Ok(())
+    }
+}
+
+fn truncated(n: usize, left: usize) -> String {
+    format!("truncated: needs {n} more bytes, {left} left")
+}
+
+/// Frames up to this long are read ahead when they start, to check that they are whole.
+const FRAME_CHECKED: u64 = 4 << 20;
+
+/// The stack and the marks are charged to the builder this many entries at a time, so the
+/// check stays off the common path.
+const STEP: usize = 4096;
+
+/// The memo: dense for the indices `MEMOIZE` gives (0, 1, 2, …), a map for others.
+#[derive(Default)]
+struct Memo {
+    dense: Vec<Val>,
+    sparse: FxHashMap<u32, Val>,
+}
+
+impl Memo {
+    fn len(&self) -> usize {
+        self.dense.len() + self.sparse.len()
     }
 
-    fn pop(&mut self) -> R<NodeId> {
-        let floor = self.marks.last().copied().unwrap_or(0);
-        if self.stack.len() <= floor {
+    fn put(&mut self, idx: u32, v: Val, b: &mut Builder) -> R<()> {
+        let i = idx as usize;
+        if i < self.dense.len() {
+            self.dense[i] = v;
+        } else if i == self.dense.len() {
+            b.charge(std::mem::size_of::<Val>())?;
+            self.dense.push(v);
+            while let Some(next) = self.sparse.remove(&(self.dense.len() as u32)) {
+                self.dense.push(next);
+            }
+        } else if self.sparse.insert(idx, v).is_none() {
+            b.charge(2 * std::mem::size_of::<Val>())?;
+        }
+        Ok(())
+    }
+
+    fn get(&self, idx: u32) -> R<Val> {
+        self.dense
+            .get(idx as usize)
+            .or_else(|| self.sparse.get(&idx))
+            .copied()
+            .ok_or_else(|| format!("memo entry {idx} was never stored"))
+    }
+}
+
+/// The unpickling machine's state.
+struct Machine<I> {
+    input: Input<I>,
+    b: Builder,
+    stack: Vec<Val>,
+    marks: Vec<usize>,
+    memo: Memo,
+    scratch: Vec<u8>,
+    /// The stack's and the marks' high-water marks, charged to the builder.
+    charged_stack: usize,
+    charged_marks: usize,
+    /// The last FRAME opcode: its offset, length, and where it ends.
+    frame: Option<(usize, u64, u64)>,
+}
+
+impl<I: Read> Machine<I> {
+    fn floor(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    fn push(&mut self, v: Val) -> R<()> {
+        self.stack.push(v);
+        if self.stack.len() > self.charged_stack {
+            self.b.charge(STEP * std::mem::size_of::<Val>())?;
+            self.charged_stack += STEP;
+        }
+        Ok(())
+    }
+
+    fn pop(&mut self) -> R<Val> {
+        if self.stack.len() <= self.floor() {
             return Err("stack underflow".into());
         }
         Ok(self.stack.pop().expect("checked above"))
     }
 
-    fn top(&self) -> R<NodeId> {
-        let floor = self.marks.last().copied().unwrap_or(0);
-        if self.stack.len() <= floor {
+    fn top(&self) -> R<Val> {
+        if self.stack.len() <= self.floor() {
             return Err("stack underflow".into());
         }
         Ok(*self.stack.last().expect("checked above"))
     }
 
     /// Pops everything above the last mark, and the mark.
-    fn pop_mark(&mut self) -> R<Vec<NodeId>> {
+    fn pop_mark(&mut self) -> R<Vec<Val>> {
         let m = self.marks.pop().ok_or("no MARK before this opcode")?;
         Ok(self.stack.split_off(m))
     }
 
-    fn string(&mut self, n: usize) -> R<()> {
-        let raw = self.take(n)?;
-        let s = std::str::from_utf8(raw)
-            .map_err(|e| format!("string of {n} bytes is not valid UTF-8: {e}"))?;
-        self.push(Node::Str(Cow::Borrowed(s)));
-        Ok(())
-    }
-
-    fn memo_get(&mut self, idx: u32) -> R<()> {
-        let id = *self
-            .memo
-            .get(&idx)
-            .ok_or_else(|| format!("memo entry {idx} was never stored"))?;
-        self.stack.push(id);
-        Ok(())
-    }
-
-    fn memo_put(&mut self, idx: u32) -> R<()> {
-        let id = self.top()?;
-        self.memo.insert(idx, id);
-        Ok(())
-    }
-
-    fn append(&mut self, list: NodeId, items: Vec<NodeId>) -> R<()> {
-        match self.tree.get_mut(list) {
-            Node::List(v) => {
-                v.extend(items);
-                Ok(())
+    /// The role a container pushed now will have: the element of a list just below it, the
+    /// value of an empty dict two below it under the key between (Python's pickler uses
+    /// APPEND and SETITEM so), or the next element / value of the container below the last
+    /// mark (APPENDS, SETITEMS). Where both readings are possible, the one whose role takes
+    /// `kind` wins.
+    fn role_here(&self, kind: Kind) -> Role {
+        let i = self.stack.len();
+        if i == 0 {
+            return Role::Root;
+        }
+        let floor = self.floor();
+        let direct = if i > floor {
+            match self.b.list_info(self.stack[i - 1]) {
+                Some((role, len)) => Some(role.elem(len)),
+                None if i >= floor + 2 => match self.b.dict_info(self.stack[i - 2]) {
+                    Some((role, true)) => match self.stack[i - 1] {
+                        Val::Str(_) => Some(role.key(self.b.code_of(self.stack[i - 1]))),
+                        _ => None,
+                    },
+                    _ => None,
+                },
+                None => None,
             }
-            other => Err(format!("APPEND(S) to a {}, not a list", other.type_name())),
+        } else {
+            None
+        };
+        let marked = if floor >= 1 {
+            let parent = self.stack[floor - 1];
+            let above = (i - floor) as u64;
+            if let Some((role, len)) = self.b.list_info(parent) {
+                Some(role.elem(len + above))
+            } else if let Some((role, _)) = self.b.dict_info(parent) {
+                match self.stack[i - 1] {
+                    Val::Str(_) if above % 2 == 1 => {
+                        Some(role.key(self.b.code_of(self.stack[i - 1])))
+                    }
+                    _ => Some(Role::Skip),
+                }
+            } else {
+                None
+            }
+        } else {
+            None
+        };
+        match (direct, marked) {
+            (Some(d), Some(m)) => {
+                if d != Role::Skip && d.accepts(kind) {
+                    d
+                } else if m.accepts(kind) {
+                    m
+                } else {
+                    d
+                }
+            }
+            (Some(r), None) | (None, Some(r)) => r,
+            (None, None) => Role::Skip,
         }
     }
 
-    fn set_items(&mut self, dict: NodeId, items: Vec<NodeId>) -> R<()> {
+    fn open(&mut self, kind: Kind) -> R<Val> {
+        let role = self.role_here(kind);
+        self.b.open(role, kind)
+    }
+
+    /// A container of `kind` made from `items` (LIST, TUPLE…, DICT).
+    fn build(&mut self, kind: Kind, items: Vec<Val>) -> R<()> {
+        let c = self.open(kind)?;
+        if kind == Kind::Dict {
+            self.set_items(c, items)?;
+        } else if c != Val::Skip(kind) {
+            for item in items {
+                self.b.add(c, item);
+            }
+        }
+        self.push(c)
+    }
+
+    fn set_items(&mut self, dict: Val, items: Vec<Val>) -> R<()> {
         if !items.len().is_multiple_of(2) {
             return Err(format!("odd number of items ({}) for a dict", items.len()));
         }
-        match self.tree.get_mut(dict) {
-            Node::Dict(v) => {
-                v.extend(items.chunks_exact(2).map(|kv| (kv[0], kv[1])));
-                Ok(())
-            }
-            other => Err(format!("SETITEM(S) on a {}, not a dict", other.type_name())),
+        for kv in items.chunks_exact(2) {
+            let code = self.b.code_of(kv[0]);
+            self.b.set_item(dict, code, kv[1])?;
+        }
+        Ok(())
+    }
+
+    fn string(&mut self, n: usize) -> R<()> {
+        let v = self
+            .input
+            .bytes(n, &mut self.scratch, &mut self.b, |b, raw| {
+                let s = std::str::from_utf8(raw)
+                    .map_err(|e| format!("string of {n} bytes is not valid UTF-8: {e}"))?;
+                b.string(s)
+            })?;
+        self.push(v)
+    }
+
+    fn memo_put(&mut self, idx: u32) -> R<()> {
+        let v = self.top()?;
+        self.memo.put(idx, v, &mut self.b)
+    }
+
+    fn memo_get(&mut self, idx: u32) -> R<()> {
+        let v = self.memo.get(idx)?;
+        self.push(v)
+    }
+
+    /// At STOP: the input must hold the whole of the last frame, as Python's unpickler
+    /// reads a frame whole when it starts.
+    fn check_frame(&mut self) -> Result<(), PickleError> {
+        let Some((at, n, end)) = self.frame else {
+            return Ok(());
+        };
+        let pos = self.input.pos() as u64;
+        if end <= pos {
+            return Ok(());
+        }
+        match self.input.skip(end - pos) {
+            Ok(()) => Ok(()),
+            Err(got) => Err(PickleError {
+                offset: at,
+                message: format!(
+                    "truncated: a frame of {n} bytes starts here, {} bytes left",
+                    pos - (at as u64 + 9) + got
+                ),
+            }),
         }
     }
 
     /// Runs one opcode; `Ok(Some(root))` at STOP.
-    fn step(&mut self) -> R<Option<NodeId>> {
-        let code = self.u8()?;
+    fn step(&mut self, code: u8) -> R<Option<Val>> {
         match code {
             op::PROTO => {
-                let v = self.u8()?;
+                let v = self.input.array::<1>()?[0];
                 if !(2..=5).contains(&v) {
                     return Err(format!(
                         "pickle protocol {v}: only protocols 2 to 5 are read"
@@ -162,16 +411,27 @@ impl<'a> Machine<'a> {
                 }
             }
             op::FRAME => {
-                let n = self.u64()?;
-                let left = self.data.len() - self.pos;
-                if n > left as u64 {
+                let at = self.input.pos() - 1;
+                let n = u64::from_le_bytes(self.input.array::<8>()?);
+                // Python's unpickler reads a frame whole when it starts; frames of the
+                // usual size (64 KiB) are checked so here, longer ones at STOP.
+                if n <= FRAME_CHECKED
+                    && let Err(left) = self.input.ensure(n as usize)
+                {
                     return Err(format!(
                         "truncated: a frame of {n} bytes starts here, {left} bytes left"
                     ));
                 }
+                self.frame = Some((at, n, (self.input.pos() as u64).saturating_add(n)));
             }
             op::STOP => return self.pop().map(Some),
-            op::MARK => self.marks.push(self.stack.len()),
+            op::MARK => {
+                self.marks.push(self.stack.len());
+                if self.marks.len() > self.charged_marks {
+                    self.b.charge(STEP * std::mem::size_of::<usize>())?;
+                    self.charged_marks += STEP;
+                }
+            }
             op::POP => {
                 if self.stack.len() == self.marks.last().copied().unwrap_or(usize::MAX) {
                     self.marks.pop();
@@ -184,33 +444,39 @@ impl<'a> Machine<'a> {
             }
             op::DUP => {
                 let t = self.top()?;
-                self.stack.push(t);
+                self.push(t)?;
             }
-            op::EMPTY_DICT => self.push(Node::Dict(Vec::new())),
-            op::EMPTY_LIST => self.push(Node::List(Vec::new())),
-            op::EMPTY_TUPLE => self.push(Node::Tuple(Vec::new())),
+            op::EMPTY_DICT => {
+                let v = self.open(Kind::Dict)?;
+                self.push(v)?;
+            }
+            op::EMPTY_LIST => {
+                let v = self.open(Kind::List)?;
+                self.push(v)?;
+            }
+            op::EMPTY_TUPLE => {
+                let v = self.open(Kind::Tuple)?;
+                self.push(v)?;
+            }
             op::DICT => {
                 let items = self.pop_mark()?;
-                let id = self.tree.push(Node::Dict(Vec::new()));
-                self.set_items(id, items)?;
-                self.stack.push(id);
+                self.build(Kind::Dict, items)?;
             }
             op::LIST => {
                 let items = self.pop_mark()?;
-                self.push(Node::List(items));
+                self.build(Kind::List, items)?;
             }
             op::TUPLE => {
                 let items = self.pop_mark()?;
-                self.push(Node::Tuple(items));
+                self.build(Kind::Tuple, items)?;
             }
             op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
                 let n = (code - op::TUPLE1 + 1) as usize;
-                let mut items = Vec::with_capacity(n);
-                for _ in 0..n {
-                    items.push(self.pop()?);
+                if self.stack.len() < self.floor() + n {
+                    return Err("stack underflow".into());
                 }
-                items.reverse();
-                self.push(Node::Tuple(items));
+                let items = self.stack.split_off(self.stack.len() - n);
+                self.build(Kind::Tuple, items)?;
             }
             op::SETITEM => {
                 let v = self.pop()?;
@@ -226,57 +492,63 @@ impl<'a> Machine<'a> {
             op::APPEND => {
                 let v = self.pop()?;
                 let l = self.top()?;
-                self.append(l, vec![v])?;
+                self.b.append(l, v)?;
             }
             op::APPENDS => {
                 let items = self.pop_mark()?;
                 let l = self.top()?;
-                self.append(l, items)?;
+                for v in items {
+                    self.b.append(l, v)?;
+                }
             }
-            op::NONE => self.push(Node::None),
-            op::NEWTRUE => self.push(Node::Bool(true)),
-            op::NEWFALSE => self.push(Node::Bool(false)),
+            op::NONE => self.push(Val::None)?,
+            op::NEWTRUE => self.push(Val::Bool(true))?,
+            op::NEWFALSE => self.push(Val::Bool(false))?,
             op::BININT => {
-                let v = i32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes"));
-                self.push(Node::Int(v.into()));
+                let v = i32::from_le_bytes(self.input.array::<4>()?);
+                self.push(Val::Int(v.into()))?;
             }
             op::BININT1 => {
-                let v = self.u8()?;
-                self.push(Node::Int(v.into()));
+                let v = self.input.array::<1>()?[0];
+                self.push(Val::Int(v.into()))?;
             }
             op::BININT2 => {
-                let v = self.u16()?;
-                self.push(Node::Int(v.into()));
+                let v = u16::from_le_bytes(self.input.array::<2>()?);
+                self.push(Val::Int(v.into()))?;
             }
             op::LONG1 => {
-                let n = self.u8()? as usize;
-                let raw = self.take(n)?;
-                if n > 16 {
-                    return Err(format!("integer of {n} bytes is too large (at most 16)"));
-                }
-                let fill = if raw.last().is_some_and(|b| b & 0x80 != 0) {
-                    0xff
-                } else {
-                    0
-                };
-                let mut bytes = [fill; 16];
-                bytes[..n].copy_from_slice(raw);
-                self.push(Node::Int(i128::from_le_bytes(bytes)));
+                let n = self.input.array::<1>()?[0] as usize;
+                let v = self
+                    .input
+                    .bytes(n, &mut self.scratch, &mut self.b, |b, raw| {
+                        if n > 16 {
+                            return Err(format!("integer of {n} bytes is too large (at most 16)"));
+                        }
+                        let fill = if raw.last().is_some_and(|b| b & 0x80 != 0) {
+                            0xff
+                        } else {
+                            0
+                        };
+                        let mut bytes = [fill; 16];
+                        bytes[..n].copy_from_slice(raw);
+                        b.int(i128::from_le_bytes(bytes))
+                    })?;
+                self.push(v)?;
             }
             op::BINFLOAT => {
-                let v = f64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes"));
-                self.push(Node::Float(v));
+                let v = f64::from_be_bytes(self.input.array::<8>()?);
+                self.push(Val::Float(v))?;
             }
             op::SHORT_BINUNICODE => {
-                let n = self.u8()? as usize;
+                let n = self.input.array::<1>()?[0] as usize;
                 self.string(n)?;
             }
             op::BINUNICODE => {
-                let n = self.u32()? as usize;
+                let n = u32::from_le_bytes(self.input.array::<4>()?) as usize;
                 self.string(n)?;
             }
             op::BINUNICODE8 => {
-                let n = self.u64()?;
+                let n = u64::from_le_bytes(self.input.array::<8>()?);
                 let n = usize::try_from(n).map_err(|_| format!("string of {n} bytes"))?;
                 self.string(n)?;
             }
@@ -285,19 +557,19 @@ impl<'a> Machine<'a> {
                 self.memo_put(idx)?;
             }
             op::BINPUT => {
-                let idx = self.u8()?;
+                let idx = self.input.array::<1>()?[0];
                 self.memo_put(idx.into())?;
             }
             op::LONG_BINPUT => {
-                let idx = self.u32()?;
+                let idx = u32::from_le_bytes(self.input.array::<4>()?);
                 self.memo_put(idx)?;
             }
             op::BINGET => {
-                let idx = self.u8()?;
+                let idx = self.input.array::<1>()?[0];
                 self.memo_get(idx.into())?;
             }
             op::LONG_BINGET => {
-                let idx = self.u32()?;
+                let idx = u32::from_le_bytes(self.input.array::<4>()?);
                 self.memo_get(idx)?;
             }
             other => {
@@ -347,9 +619,10 @@ fn opcode_name(code: u8) -> String {
     format!("{name} (0x{code:02x})")
 }
 
-/// Reads a pickle into a value tree; returns the tree and its root.
-pub fn read_pickle(data: &[u8]) -> Result<(Tree<'_>, NodeId), PickleError> {
-    run(data, |_| {})
+/// Reads a snapshot pickle from a stream.
+pub fn read_pickle(input: impl BufRead) -> Result<Snapshot, SnapshotError> {
+    let (b, root) = run(input, |_| {})?;
+    b.finish(root)
 }
 
 /// The distinct opcodes a pickle uses (it must also read without error): to check that a
@@ -362,41 +635,53 @@ pub fn opcodes_used(data: &[u8]) -> Result<std::collections::BTreeSet<u8>, Pickl
     Ok(seen)
 }
 
-fn run(data: &[u8], mut on_opcode: impl FnMut(u8)) -> Result<(Tree<'_>, NodeId), PickleError> {
-    if data.first() != Some(&op::PROTO) {
-        return Err(PickleError {
-            offset: 0,
-            message: "does not start with the PROTO opcode (0x80): not a pickle of protocol 2 \
-                      or later"
-                .into(),
-        });
-    }
+fn run(input: impl Read, mut on_opcode: impl FnMut(u8)) -> Result<(Builder, Val), PickleError> {
     let mut m = Machine {
-        data,
-        pos: 0,
-        tree: Tree::default(),
+        input: Input {
+            inner: input,
+            buf: vec![0u8; BUF].into_boxed_slice(),
+            at: 0,
+            end: 0,
+            base: 0,
+        },
+        b: Builder::default(),
         stack: Vec::new(),
         marks: Vec::new(),
-        memo: FxHashMap::default(),
+        memo: Memo::default(),
+        scratch: Vec::new(),
+        charged_stack: 0,
+        charged_marks: 0,
+        frame: None,
     };
+    let fail = |offset, message| PickleError { offset, message };
     loop {
-        let at = m.pos;
-        if at == data.len() {
-            return Err(PickleError {
-                offset: at,
-                message: "truncated: ended before the STOP opcode".into(),
-            });
-        }
-        on_opcode(data[at]);
-        match m.step() {
-            Ok(Some(root)) => return Ok((m.tree, root)),
-            Ok(None) => {}
-            Err(message) => {
-                return Err(PickleError {
-                    offset: at,
-                    message,
-                });
+        let at = m.input.pos();
+        let code = match m.input.byte() {
+            Ok(Some(c)) => c,
+            Ok(None) if at == 0 => {
+                return Err(fail(0, "empty input: not a pickle".to_string()));
             }
+            Ok(None) => {
+                return Err(fail(at, "truncated: ended before the STOP opcode".into()));
+            }
+            Err(message) => return Err(fail(at, message)),
+        };
+        if at == 0 && code != op::PROTO {
+            return Err(fail(
+                0,
+                "does not start with the PROTO opcode (0x80): not a pickle of protocol 2 or \
+                 later"
+                    .into(),
+            ));
+        }
+        on_opcode(code);
+        match m.step(code) {
+            Ok(Some(root)) => {
+                m.check_frame()?;
+                return Ok((m.b, root));
+            }
+            Ok(None) => {}
+            Err(message) => return Err(fail(at, message)),
         }
     }
 }
@@ -405,44 +690,46 @@ fn run(data: &[u8], mut on_opcode: impl FnMut(u8)) -> Result<(Tree<'_>, NodeId),
 mod tests {
     use super::*;
 
-    #[test]
-    fn reads_a_small_dict_with_memo_references() {
-        // pickle.dumps({"a": [1, "a", 2**40, -1, None, True]}, protocol=4)
-        let data = b"\x80\x04\x95\x1f\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x01a\x94]\x94(K\x01h\x01\x8a\x06\x00\x00\x00\x00\x00\x01J\xff\xff\xff\xffN\x88es.";
-        let (tree, root) = read_pickle(data).unwrap();
-        let Node::Dict(items) = tree.get(root) else {
-            panic!()
-        };
-        assert_eq!(items.len(), 1);
-        let Node::List(l) = tree.get(items[0].1) else {
-            panic!()
-        };
-        let vals: Vec<&Node> = l.iter().map(|&i| tree.get(i)).collect();
-        assert_eq!(
-            vals,
-            [
-                &Node::Int(1),
-                &Node::Str("a".into()),
-                &Node::Int(1 << 40),
-                &Node::Int(-1),
-                &Node::None,
-                &Node::Bool(true)
-            ]
-        );
+    fn err(data: &[u8]) -> PickleError {
+        match run(data, |_| {}) {
+            Ok(_) => panic!("accepted"),
+            Err(e) => e,
+        }
     }
 
     #[test]
     fn errors_name_the_offset_and_the_problem() {
-        let e = read_pickle(b"\x80\x04X\xff\xff\xff\x7fab").unwrap_err();
+        let e = err(b"\x80\x04X\xff\xff\xff\x7fab");
         assert_eq!(e.offset, 2);
         assert!(e.message.contains("truncated"), "{e}");
-        let e = read_pickle(b"\x80\x04cos\nsystem\n").unwrap_err();
+        let e = err(b"\x80\x04cos\nsystem\n");
         assert!(e.message.contains("GLOBAL"), "{e}");
-        let e = read_pickle(b"\x80\x01N.").unwrap_err();
+        let e = err(b"\x80\x01N.");
         assert!(e.message.contains("protocol 1"), "{e}");
-        let e = read_pickle(b"{\"a\": 1}").unwrap_err();
+        let e = err(b"{\"a\": 1}");
         assert_eq!(e.offset, 0);
-        let e = read_pickle(b"\x80\x04e.").unwrap_err();
+        let e = err(b"\x80\x04e.");
         assert!(e.message.contains("MARK"), "{e}");
+        let e = err(b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00N.");
+        assert_eq!(e.offset, 2, "{e}");
+        assert!(e.message.contains("a frame of 16 bytes"), "{e}");
+    }
+
+    #[test]
+    fn memo_references_share_strings_and_numbers_read_as_python_reads_them() {
+        // pickle.dumps({"segments": [], "device_traces": [[{"action": "alloc", "addr":
+        // 2**40, "size": 512, "stream": 0}, {"action": "alloc", "addr": 2**64 - 1,
+        // "size": 1, "stream": 0}]]}, protocol=4), strings memoized
+        let mut p =
+            b"\x80\x04}\x94(\x8c\x08segments\x94]\x94\x8c\rdevice_traces\x94]\x94]\x94(".to_vec();
+        p.extend(b"}\x94(\x8c\x06action\x94\x8c\x05alloc\x94\x8c\x04addr\x94\x8a\x06\x00\x00\x00\x00\x00\x01");
+        p.extend(b"\x8c\x04size\x94M\x00\x02\x8c\x06stream\x94K\x00u");
+        p.extend(b"}\x94(h\x07h\x08h\x09\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00h\x0aK\x01h\x0bK\x00u");
+        p.extend(b"eau.");
+        let snap = read_pickle(&p[..]).unwrap();
+        let e = &snap.device_traces[0].entries;
+        assert_eq!(e.len(), 2);
+        assert_eq!((e[0].addr, e[0].size), (1 << 40, 512));
+        assert_eq!((e[1].addr, e[1].size), (u64::MAX, 1));
     }
 }
