@@ -61,9 +61,10 @@ fn the_recorded_config_does_not_fit_where_the_snapshot_ran_out_of_memory() {
         out.contains("the snapshot recorded 1 out-of-memory error at a capacity of about 160.00 MiB under the default configuration"),
         "{out}"
     );
-    assert!(out.contains("lower bound"), "{out}");
-    // The minimum capacity of the failed program is above where it failed, and a lower bound:
-    // not above what the complete program (the same one on a large device) needs.
+    assert!(out.contains("an estimate for the complete run"), "{out}");
+    // The minimum capacity of the failed program is above where it failed, and here not
+    // above what the complete program (the same one on a large device) needs (not a bound in
+    // general: on resnet50-train.oom-5G it is 5.56 GiB against 5.50; docs/advisor.md).
     let min = |f: &str| -> u64 {
         let v = json(&cachalot(&["compare", f, "--json", "-q"]));
         v["rows"][0]["min_capacity"].as_u64().unwrap()

@@ -193,8 +193,9 @@ impl LoadedInput {
                 out.push(format!(
                     "{} replayed as {} that must be served (each held until the program's live memory falls back to where it was \
                      when it asked; docs/advisor.md); after the first failure the history \
-                     shows the program's error path, not its normal work, so the memory \
-                     found needed is a lower bound for the complete run",
+                     shows the program's error path, not its normal work, and the failed \
+                     requests' lifetimes are modelled, so the memory found needed is an \
+                     estimate for the complete run, not a bound either way",
                     if events.failed_requests == 1 {
                         "the failed request is".to_string()
                     } else {
