@@ -340,12 +340,10 @@ pub fn convert(
                 ..LoadOptions::default()
             },
         )?;
-        let events = cmd::convert::rmm_events(&loaded);
-        let f = std::fs::File::create(&output)
-            .with_context(|| format!("cannot create {}", output.display()))?;
-        cachalot_torchfmt::write_rmm_csv(std::io::BufWriter::new(f), &events)
+        let (csv, rows) = cmd::convert::rmm_csv(&loaded)?;
+        std::fs::write(&output, csv)
             .with_context(|| format!("cannot write {}", output.display()))?;
-        Ok(events.len())
+        Ok(rows)
     })
 }
 

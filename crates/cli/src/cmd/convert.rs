@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use cachalot_replay::input::InputKind;
-use cachalot_replay::{LoadOptions, LoadedInput, TraceOp, load_input};
-use cachalot_torchfmt::{EventKind, ReplayEvent, write_rmm_csv};
+use cachalot_replay::{LoadOptions, LoadedInput, LoadedTrace, PoolOp, TraceOp, load_input};
+use cachalot_torchfmt::write_rmm_csv;
 use cachalot_trace::{seal_csv, write_atomic};
 
 /// Arguments of `cachalot convert`.
@@ -35,13 +35,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
             ..LoadOptions::default()
         },
     )?;
-    let events = rmm_events(&input);
+    let (csv, _) = rmm_csv(&input)?;
     if let Some(note) = input.note() {
         eprintln!("cachalot: {note}");
     }
     // Sealed, so that a cut-short copy is an error when read back, not a shorter trace.
-    let mut csv = Vec::new();
-    write_rmm_csv(&mut csv, &events)?;
     let csv = seal_csv(&csv);
     if a.output.as_os_str() == "-" {
         std::io::stdout().lock().write_all(&csv)?;
@@ -61,37 +59,75 @@ pub fn run(a: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The events to write as RMM CSV: a snapshot's as recorded; an RMM CSV's normalized.
-pub fn rmm_events(input: &LoadedInput) -> Vec<ReplayEvent> {
+/// The input as RMM CSV, and its number of rows: a snapshot's events as recorded; an RMM
+/// CSV normalized (the oracle's rules applied: unmatched frees and `record_stream`s dropped,
+/// streams renumbered, each allocation named by its number), its pool, `empty_cache` and
+/// `record_stream` rows kept in place.
+pub fn rmm_csv(input: &LoadedInput) -> std::io::Result<(Vec<u8>, usize)> {
+    let mut csv = Vec::new();
     match &input.kind {
         // A snapshot keeps its own addresses.
-        InputKind::Snapshot { events, .. } => events.events.clone(),
-        // An RMM CSV is normalized: the oracle's rules applied (unmatched frees dropped,
-        // streams renumbered), each allocation named by its number.
+        InputKind::Snapshot { events, .. } => {
+            write_rmm_csv(&mut csv, &events.events)?;
+            Ok((csv, events.events.len()))
+        }
         InputKind::RmmCsv => {
+            let trace = &input.trace;
+            writeln!(csv, "Thread,Time,Action,Pointer,Size,Stream")?;
             let mut allocs = Vec::new();
-            let mut out = Vec::with_capacity(input.trace.ops.len());
-            for op in &input.trace.ops {
-                let (kind, slot) = match *op {
+            for (i, op) in trace.ops.iter().enumerate() {
+                let (action, pointer, size, stream) = match *op {
                     TraceOp::Alloc {
                         slot, size, stream, ..
                     } => {
                         allocs.push((size, stream));
-                        (EventKind::Allocate, slot)
+                        (
+                            "allocate",
+                            format!("{:#x}", u64::from(slot) + 1),
+                            size,
+                            stream.to_string(),
+                        )
                     }
-                    TraceOp::Free { slot, .. } => (EventKind::Free, slot),
-                    // The snapshot event format has no pool rows: they are left out.
-                    TraceOp::Pool { .. } => continue,
+                    TraceOp::Free { slot, .. } => {
+                        let (size, stream) = allocs[slot as usize];
+                        (
+                            "free",
+                            format!("{:#x}", u64::from(slot) + 1),
+                            size,
+                            stream.to_string(),
+                        )
+                    }
+                    TraceOp::Pool { op, .. } => pool_row(trace, op),
                 };
-                let (size, stream) = allocs[slot as usize];
-                out.push(ReplayEvent {
-                    kind,
-                    addr: u64::from(slot) + 1,
-                    size,
-                    stream,
-                });
+                writeln!(csv, "1,{i},{action},{pointer},{size},{stream}")?;
             }
-            out
+            Ok((csv, trace.ops.len()))
         }
+    }
+}
+
+/// A pool, `empty_cache` or `record_stream` row as the oracle reads it: (action, pointer
+/// column, size, stream column).
+fn pool_row(trace: &LoadedTrace, op: PoolOp) -> (&'static str, String, u64, String) {
+    let number = |pool: u32| trace.pools[pool as usize].number.to_string();
+    let filter = |stream: Option<u32>| stream.map_or("*".to_string(), |s| s.to_string());
+    match op {
+        PoolOp::PoolBegin { pool, stream } => ("pool_begin", number(pool), 0, filter(stream)),
+        PoolOp::PoolEnd { pool } => ("pool_end", number(pool), 0, "0".into()),
+        PoolOp::GraphBegin { pool, stream } => ("graph_begin", number(pool), 0, filter(stream)),
+        PoolOp::GraphEnd { pool } => ("graph_end", number(pool), 0, "0".into()),
+        PoolOp::PoolRelease { pool } => ("pool_release", number(pool), 0, "0".into()),
+        PoolOp::EmptyCache { pool } => (
+            "empty_cache",
+            pool.map_or("0".to_string(), number),
+            0,
+            "0".into(),
+        ),
+        PoolOp::RecordStream { slot, stream } => (
+            "record_stream",
+            format!("{:#x}", u64::from(slot) + 1),
+            0,
+            stream.to_string(),
+        ),
     }
 }
