@@ -84,10 +84,22 @@ fn cut_histories_are_completed_exactly() {
 
 #[test]
 fn torchs_own_ring_buffer_is_completed_exactly() {
+    // Recorded by torch 2.15 on the fake GPU with max_entries (scripts/gen_snapshot_fixtures.py,
+    // scripts/gen_ring_fixtures.py): an MLP, a transformer encoder under AdamW, and a CNN
+    // with a side stream and an empty_cache.
+    for file in ["mlp-ring", "tf-ring", "cnn-ring"] {
+        let snap = read(&format!("snapshots/own/{file}.pickle.gz"));
+        let events = cachalot_torchfmt::replay_events(&snap, 0).unwrap();
+        assert!(
+            events.starts_mid_run(),
+            "{file}: not a window that starts mid-run"
+        );
+        let c = check(&snap, 0);
+        assert!(c.rebuilt.is_ok() && c.matches(), "{file}: {c}");
+        assert!(c.peak_allocated >= c.allocated.1, "{file}: {c}");
+        assert!(c.placed.1 >= c.allocated.1, "{file}: {c}");
+    }
     let snap = read("snapshots/own/mlp-ring.pickle.gz");
-    let c = check(&snap, 0);
-    assert!(c.rebuilt.is_ok() && c.matches(), "{c}");
-    assert!(c.peak_allocated >= c.allocated.1, "{c}");
     // The window alone (what was live before it dropped) peaks far lower.
     let events = cachalot_torchfmt::replay_events(&snap, 0).unwrap();
     assert!(events.dropped_frees > 0);
