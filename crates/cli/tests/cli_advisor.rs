@@ -82,6 +82,34 @@ fn tune_json_and_html() {
         .count();
     assert!(sections >= 3, "best three, default and advice: {sections}");
     assert!(!html.contains("https://") && !html.contains("<script"));
+    // Issue #9 item 7: a config string never wraps. It sits in <code>, styled nowrap.
+    let style = doc
+        .descendants()
+        .find(|n| n.has_tag_name("style"))
+        .and_then(|n| n.text())
+        .unwrap();
+    let code = style
+        .split('}')
+        .find(|r| r.trim_start().starts_with("code{"))
+        .unwrap();
+    assert!(code.contains("white-space:nowrap"), "{code}");
+    assert!(doc.descendants().any(|n| {
+        n.has_tag_name("code")
+            && n.text()
+                .is_some_and(|t| t.contains("expandable_segments:True"))
+    }));
+}
+
+#[test]
+fn help_says_tune_compare_and_replay_read_snapshots() {
+    // Issue #9 item 7: the help texts said "RMM memory-log CSV" only.
+    for cmd in ["tune", "compare", "replay"] {
+        let o = cachalot(&[cmd, "--help"]);
+        assert!(o.status.success());
+        let out = stdout(&o);
+        assert!(out.contains("torch memory snapshot"), "{cmd}: {out}");
+        assert!(out.contains("RMM memory-log CSV"), "{cmd}: {out}");
+    }
 }
 
 #[test]
