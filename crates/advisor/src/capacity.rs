@@ -20,7 +20,7 @@ use cachalot_replay::{LoadedTrace, TraceOp, replay};
 use rayon::prelude::*;
 
 use crate::measure::{fits, options};
-use crate::search::{TuneOptions, TuneResult, explore, tune_with_seeds};
+use crate::search::{Tick, TuneOptions, TuneResult, explore, tune_with_seeds};
 use crate::space::{Candidate, SearchSpace, Settings};
 use crate::{AdvisorError, Workload, check_trace, with_pool};
 
@@ -122,7 +122,15 @@ pub fn min_capacity_of(
     conf: &AllocConf,
 ) -> Result<Option<u64>, AdvisorError> {
     check_trace(trace)?;
-    let lo = proven_too_small(trace);
+    min_capacity_above(trace, conf, proven_too_small(trace))
+}
+
+/// [`min_capacity_of`], given `lo`, a capacity proven too small.
+fn min_capacity_above(
+    trace: &dyn Workload,
+    conf: &AllocConf,
+    lo: u64,
+) -> Result<Option<u64>, AdvisorError> {
     match verified_upper_bound(trace, conf)? {
         None => Ok(None),
         Some(hi) => Ok(Some(bisect(trace, conf, lo, hi)?)),
@@ -170,109 +178,138 @@ pub fn min_capacity(
 ) -> Result<MinCapacityResult, AdvisorError> {
     check_trace(trace)?;
     let space = SearchSpace::for_trace(trace);
-    let lo = proven_too_small(trace);
-    let tick = opts.progress;
-    let seeds_settings = [
-        Settings::DEFAULT,
-        Settings::ADVICE_MAX_SPLIT,
-        Settings::ADVICE_EXPANDABLE,
-    ];
-    let exact_one = |c: &Candidate| -> Result<Option<u64>, AdvisorError> {
-        let r = match verified_upper_bound(trace, &c.conf)? {
-            None => None,
-            Some(hi) => Some(bisect(trace, &c.conf, lo, hi)?),
-        };
-        Ok(r)
+    let search = CapacitySearch {
+        trace,
+        lo: proven_too_small(trace),
+        progress: opts.progress,
     };
-    let run = || -> Result<MinCapacityResult, AdvisorError> {
-        let seed_cands: Vec<Candidate> = seeds_settings
-            .iter()
-            .map(|s| Candidate::from_settings(*s))
-            .collect::<Result<_, _>>()?;
-        if let Some(t) = tick {
-            t(crate::Tick::Added(seed_cands.len()));
-        }
-        let seeds: Vec<MinCapacity> = seed_cands
-            .par_iter()
-            .map(|c| {
-                let r = exact_one(c).map(|capacity| MinCapacity {
-                    candidate: c.clone(),
-                    capacity,
-                });
-                if let Some(t) = tick {
-                    t(crate::Tick::Done);
-                }
-                r
-            })
-            .collect::<Result<_, _>>()?;
-        let mut searched = seeds.len();
+    let mut result = with_pool(opts.threads, || search.run(&space, opts.top))??;
+    result.tune = tune_at_minimum(trace, opts, &result)?;
+    Ok(result)
+}
+
+/// The seeds of a capacity search: the default and the two common pieces of advice.
+const SEEDS: [Settings; 3] = [
+    Settings::DEFAULT,
+    Settings::ADVICE_MAX_SPLIT,
+    Settings::ADVICE_EXPANDABLE,
+];
+
+/// The steps of [`min_capacity`] for one workload.
+struct CapacitySearch<'a> {
+    trace: &'a dyn Workload,
+    /// A capacity proven too small ([`proven_too_small`]).
+    lo: u64,
+    progress: Option<&'a (dyn Fn(Tick) + Sync)>,
+}
+
+impl CapacitySearch<'_> {
+    /// The seeds exactly, then [`explore`] over the space, bisecting only the candidates that
+    /// fit below the best capacity so far.
+    fn run(&self, space: &SearchSpace, top: usize) -> Result<MinCapacityResult, AdvisorError> {
+        let seeds = self.seeds()?;
         let initial: Vec<(Candidate, MinCapacity)> = seeds
             .iter()
             .map(|m| (m.candidate.clone(), m.clone()))
             .collect();
-        let (found, n) = explore(
-            &space,
+        let (found, examined) = explore(
+            space,
             initial,
-            opts.top,
+            top,
             |a, b| order(&a.1, &b.1),
             |a, b| a.capacity == b.capacity,
-            |cands: Vec<Candidate>, best: Option<&(Candidate, MinCapacity)>| {
-                let bound = best.and_then(|b| b.1.capacity);
-                if let Some(t) = tick {
-                    t(crate::Tick::Added(cands.len()));
-                }
-                cands
-                    .into_par_iter()
-                    .map(|c| {
-                        let cap = match bound {
-                            // Must fit below the best to matter.
-                            Some(b) if b <= lo + STEP => None,
-                            Some(b) => {
-                                if fits(trace, &c.conf, b - STEP)? {
-                                    Some(bisect(trace, &c.conf, lo, b - STEP)?)
-                                } else {
-                                    None
-                                }
-                            }
-                            None => exact_one(&c)?,
-                        };
-                        if let Some(t) = tick {
-                            t(crate::Tick::Done);
-                        }
-                        Ok((
-                            c.clone(),
-                            cap.map(|capacity| MinCapacity {
-                                candidate: c,
-                                capacity: Some(capacity),
-                            }),
-                        ))
-                    })
-                    .collect::<Result<Vec<_>, AdvisorError>>()
-            },
+            |cands, best| self.round(cands, best),
         )?;
-        searched += n;
         let best: Vec<MinCapacity> = found.into_iter().map(|(_, m)| m).collect();
         let fits_with = best.first().filter(|m| m.capacity.is_some()).cloned();
-        let capacity = fits_with.as_ref().and_then(|m| m.capacity);
         Ok(MinCapacityResult {
-            capacity,
+            capacity: fits_with.as_ref().and_then(|m| m.capacity),
             fits_with,
+            searched: seeds.len() + examined,
             seeds,
             best,
-            searched,
             tune: None,
         })
-    };
-    let mut result = with_pool(opts.threads, run)??;
-    if let (Some(cap), Some(w)) = (result.capacity, &result.fits_with) {
-        let at = TuneOptions {
-            capacity: cap,
-            ..opts.clone()
-        };
-        let extra = w.candidate.settings.into_iter().collect::<Vec<_>>();
-        result.tune = Some(tune_with_seeds(trace, &at, &extra)?);
     }
-    Ok(result)
+
+    /// The exact minimum capacity of each seed, in parallel.
+    fn seeds(&self) -> Result<Vec<MinCapacity>, AdvisorError> {
+        let cands: Vec<Candidate> = SEEDS
+            .iter()
+            .map(|s| Candidate::from_settings(*s))
+            .collect::<Result<_, _>>()?;
+        self.tick(Tick::Added(cands.len()));
+        cands
+            .par_iter()
+            .map(|c| {
+                let capacity = min_capacity_above(self.trace, &c.conf, self.lo);
+                self.tick(Tick::Done);
+                Ok(MinCapacity {
+                    candidate: c.clone(),
+                    capacity: capacity?,
+                })
+            })
+            .collect()
+    }
+
+    /// One round of [`explore`]: each candidate's minimum capacity if it beats `best`, else
+    /// `None`.
+    fn round(
+        &self,
+        cands: Vec<Candidate>,
+        best: Option<&(Candidate, MinCapacity)>,
+    ) -> Result<Vec<(Candidate, Option<MinCapacity>)>, AdvisorError> {
+        let bound = best.and_then(|b| b.1.capacity);
+        self.tick(Tick::Added(cands.len()));
+        cands
+            .into_par_iter()
+            .map(|c| {
+                let capacity = self.below(&c.conf, bound)?;
+                self.tick(Tick::Done);
+                let found = capacity.map(|capacity| MinCapacity {
+                    candidate: c.clone(),
+                    capacity: Some(capacity),
+                });
+                Ok((c, found))
+            })
+            .collect()
+    }
+
+    /// The minimum capacity of `conf` if it is below `bound` (exact when there is no bound
+    /// yet), else `None`: a candidate that does not fit 64 MiB below the best cannot beat it.
+    fn below(&self, conf: &AllocConf, bound: Option<u64>) -> Result<Option<u64>, AdvisorError> {
+        let Some(bound) = bound else {
+            return min_capacity_above(self.trace, conf, self.lo);
+        };
+        if bound <= self.lo + STEP || !fits(self.trace, conf, bound - STEP)? {
+            return Ok(None);
+        }
+        Ok(Some(bisect(self.trace, conf, self.lo, bound - STEP)?))
+    }
+
+    fn tick(&self, t: Tick) {
+        if let Some(progress) = self.progress {
+            progress(t);
+        }
+    }
+}
+
+/// The full search at the capacity found, with the configuration that fits there among its
+/// seeds; `None` when nothing fits.
+fn tune_at_minimum(
+    trace: &dyn Workload,
+    opts: &TuneOptions,
+    result: &MinCapacityResult,
+) -> Result<Option<TuneResult>, AdvisorError> {
+    let (Some(capacity), Some(fits_with)) = (result.capacity, &result.fits_with) else {
+        return Ok(None);
+    };
+    let at = TuneOptions {
+        capacity,
+        ..opts.clone()
+    };
+    let extra: Vec<Settings> = fits_with.candidate.settings.into_iter().collect();
+    Ok(Some(tune_with_seeds(trace, &at, &extra)?))
 }
 
 #[cfg(test)]

@@ -5,11 +5,12 @@
 //! pointer. Each device call is tagged with the trace line being replayed.
 
 use std::ops::ControlFlow;
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
 use cachalot_core::{
-    AllocConf, AllocError, DeviceStats, MemInfo, MemorySnapshot, OomReport, StreamId,
+    AllocConf, AllocError, Backend, DeviceStats, MemInfo, MemorySnapshot, OomReport, StreamId,
 };
 use cachalot_sim::{LogEntry, SimConfig, SimCounters, SimDevice};
 
@@ -229,8 +230,19 @@ pub fn replay_with_hook(
 fn replay_inner(
     trace: &LoadedTrace,
     opts: &ReplayOptions,
-    mut hook: Option<(usize, &mut ReplayHook<'_>)>,
+    hook: Option<(usize, &mut ReplayHook<'_>)>,
 ) -> Result<ReplayReport, ReplayError> {
+    let (alloc, tag) = open_target(opts)?;
+    let mut run = Run::new(trace, opts, alloc, tag);
+    let clock = Clock::start();
+    run.all_rows(hook);
+    let (wall_ns, cpu_ns) = clock.read();
+    run.finish(wall_ns, cpu_ns)
+}
+
+/// The allocator under `opts` on a fresh simulated device, and the handle that tags each
+/// device call with the trace line being replayed.
+fn open_target(opts: &ReplayOptions) -> Result<(Target, Arc<AtomicI64>), ReplayError> {
     let mut device = SimDevice::new(opts.sim.clone());
     if opts.log_segments {
         device.enable_log();
@@ -242,22 +254,112 @@ fn replay_inner(
         // Only the caching allocator records; the direct backends replay without a history.
         let _ = alloc.record_history(opts.history_entries);
     }
-    let backend = alloc.backend();
-    let mut ptrs = vec![0u64; trace.slots as usize];
-    let mut failed = vec![false; trace.slots as usize];
-    let mut ooms = OomSummary::default();
-    let mut samples = Vec::new();
-    let mut stopped_early = false;
-    let mut events = 0u64;
-    let mut fatal = None;
-    let mut pool_rows = PoolReplay::default();
-    let start = Instant::now();
-    let cpu_start = cpu_time::ThreadTime::now();
-    for (i, op) in trace.ops.iter().enumerate() {
-        events += u64::from(!matches!(op, TraceOp::Pool { .. }));
-        let ooms_before = ooms.count;
-        if opts.log_segments {
-            tag.store(op.line() as i64, Ordering::Relaxed);
+    Ok((alloc, tag))
+}
+
+/// Wall and thread CPU time of the row loop.
+struct Clock {
+    wall: Instant,
+    cpu: cpu_time::ThreadTime,
+}
+
+impl Clock {
+    fn start() -> Self {
+        Clock {
+            wall: Instant::now(),
+            cpu: cpu_time::ThreadTime::now(),
+        }
+    }
+
+    /// Nanoseconds since [`Clock::start`]: (wall, CPU).
+    fn read(&self) -> (u128, u128) {
+        (
+            self.wall.elapsed().as_nanos(),
+            self.cpu.elapsed().as_nanos(),
+        )
+    }
+}
+
+/// Why the row loop ended before the trace did.
+enum Stop {
+    /// An out-of-memory under `stop_at_first_oom`, or the hook said stop.
+    Early,
+    /// An error torch treats as fatal, at this trace line.
+    Fatal(u64, AllocError),
+}
+
+/// A replay in progress: the allocator and what the rows have done to it so far.
+struct Run<'t> {
+    trace: &'t LoadedTrace,
+    opts: &'t ReplayOptions,
+    alloc: Target,
+    backend: Backend,
+    tag: Arc<AtomicI64>,
+    /// The pointer each trace slot holds now (0: none).
+    ptrs: Vec<u64>,
+    /// Slots whose allocation failed, so that their free is skipped.
+    failed: Vec<bool>,
+    ooms: OomSummary,
+    samples: Vec<Sample>,
+    /// Allocation and free rows replayed (pool rows are not events).
+    events: u64,
+    stopped_early: bool,
+    fatal: Option<(u64, AllocError)>,
+    pool_rows: PoolReplay,
+}
+
+impl<'t> Run<'t> {
+    fn new(
+        trace: &'t LoadedTrace,
+        opts: &'t ReplayOptions,
+        alloc: Target,
+        tag: Arc<AtomicI64>,
+    ) -> Self {
+        Run {
+            trace,
+            opts,
+            backend: alloc.backend(),
+            alloc,
+            tag,
+            ptrs: vec![0u64; trace.slots as usize],
+            failed: vec![false; trace.slots as usize],
+            ooms: OomSummary::default(),
+            samples: Vec::new(),
+            events: 0,
+            stopped_early: false,
+            fatal: None,
+            pool_rows: PoolReplay::default(),
+        }
+    }
+
+    /// Replays the trace's rows in file order until the end or the first [`Stop`].
+    fn all_rows(&mut self, mut hook: Option<(usize, &mut ReplayHook<'_>)>) {
+        let trace = self.trace;
+        for (i, op) in trace.ops.iter().enumerate() {
+            let ooms_before = self.ooms.count;
+            let step = self
+                .row(i, op)
+                .and_then(|()| self.after_row(i, self.ooms.count > ooms_before, &mut hook));
+            match step {
+                Ok(()) => {}
+                Err(Stop::Early) => {
+                    self.stopped_early = true;
+                    break;
+                }
+                Err(Stop::Fatal(line, source)) => {
+                    self.fatal = Some((line, source));
+                    break;
+                }
+            }
+        }
+    }
+
+    /// One trace row.
+    #[inline]
+    fn row(&mut self, i: usize, op: &TraceOp) -> Result<(), Stop> {
+        self.events += u64::from(!matches!(op, TraceOp::Pool { .. }));
+        if self.opts.log_segments {
+            self.tag.store(op.line() as i64, Ordering::Relaxed);
         }
         match *op {
             TraceOp::Alloc {
@@ -265,144 +367,199 @@ fn replay_inner(
                 size,
                 stream,
                 line,
-            } => {
-                let stream = if opts.ignore_streams { 0 } else { stream };
-                match (alloc.malloc(size, StreamId(stream as u64)))
-                    .map_err(|e| MallocError::of(e, backend))
-                {
-                    Ok(p) => ptrs[slot as usize] = p,
-                    Err(MallocError::OutOfMemory(report, message)) => {
-                        failed[slot as usize] = true;
-                        ooms.count += 1;
-                        ooms.bytes_requested += size as u128;
-                        if ooms.events.len() < opts.max_oom_reports {
-                            ooms.events.push(OomEvent {
-                                line,
-                                op_index: i,
-                                report: report.map(|r| *r),
-                                message,
-                            });
-                        }
-                        if opts.stop_at_first_oom {
-                            stopped_early = true;
-                            break;
-                        }
-                    }
-                    Err(MallocError::Fatal(source)) => {
-                        fatal = Some((line, source));
-                        break;
-                    }
-                }
-            }
-            TraceOp::Free { slot, line } => {
-                let p = std::mem::take(&mut ptrs[slot as usize]);
-                if p != 0 {
-                    if let Err(source) = alloc.free(p) {
-                        fatal = Some((line, source));
-                        break;
-                    }
-                } else if failed[slot as usize] {
-                    ooms.skipped_frees += 1;
-                }
-            }
-            TraceOp::Pool { op, line } => {
-                if let Err(source) = pool_rows.apply(&alloc, trace, op, &ptrs, opts.ignore_streams)
-                {
-                    fatal = Some((line, source));
-                    break;
-                }
-            }
+            } => self.alloc_row(i, slot as usize, size, stream, line),
+            TraceOp::Free { slot, line } => self.free_row(slot as usize, line),
+            TraceOp::Pool { op, line } => self
+                .pool_rows
+                .apply(
+                    &self.alloc,
+                    self.trace,
+                    op,
+                    &self.ptrs,
+                    self.opts.ignore_streams,
+                )
+                .map_err(|source| Stop::Fatal(line, source)),
         }
-        if opts.sample_every > 0 && i % opts.sample_every == 0 {
-            samples.push(alloc.with_stats(|s| Sample {
+    }
+
+    /// An allocation row: out-of-memory is counted (and stops the replay only under
+    /// `stop_at_first_oom`), anything else is fatal.
+    #[inline]
+    fn alloc_row(
+        &mut self,
+        i: usize,
+        slot: usize,
+        size: u64,
+        stream: u32,
+        line: u64,
+    ) -> Result<(), Stop> {
+        let stream = if self.opts.ignore_streams { 0 } else { stream };
+        let error = match self.alloc.malloc(size, StreamId(u64::from(stream))) {
+            Ok(p) => {
+                self.ptrs[slot] = p;
+                return Ok(());
+            }
+            Err(e) => MallocError::of(e, self.backend),
+        };
+        match error {
+            MallocError::OutOfMemory(report, message) => {
+                self.failed[slot] = true;
+                self.count_oom(i, size, line, report, message);
+                if self.opts.stop_at_first_oom {
+                    return Err(Stop::Early);
+                }
+                Ok(())
+            }
+            MallocError::Fatal(source) => Err(Stop::Fatal(line, source)),
+        }
+    }
+
+    fn count_oom(
+        &mut self,
+        op_index: usize,
+        size: u64,
+        line: u64,
+        report: Option<Box<OomReport>>,
+        message: String,
+    ) {
+        self.ooms.count += 1;
+        self.ooms.bytes_requested += u128::from(size);
+        if self.ooms.events.len() < self.opts.max_oom_reports {
+            self.ooms.events.push(OomEvent {
+                line,
+                op_index,
+                report: report.map(|r| *r),
+                message,
+            });
+        }
+    }
+
+    /// A free row; the free of an allocation that failed is skipped and counted.
+    #[inline]
+    fn free_row(&mut self, slot: usize, line: u64) -> Result<(), Stop> {
+        let p = std::mem::take(&mut self.ptrs[slot]);
+        if p != 0 {
+            self.alloc
+                .free(p)
+                .map_err(|source| Stop::Fatal(line, source))?;
+        } else if self.failed[slot] {
+            self.ooms.skipped_frees += 1;
+        }
+        Ok(())
+    }
+
+    /// After row `i`: the timeline sample and the hook, each when due.
+    #[inline]
+    fn after_row(
+        &mut self,
+        i: usize,
+        oom_now: bool,
+        hook: &mut Option<(usize, &mut ReplayHook<'_>)>,
+    ) -> Result<(), Stop> {
+        if self.opts.sample_every > 0 && i.is_multiple_of(self.opts.sample_every) {
+            self.samples.push(self.alloc.with_stats(|s| Sample {
                 op_index: i,
                 allocated: s.allocated_bytes.all().current as u64,
                 reserved: s.reserved_bytes.all().current as u64,
             }));
         }
-        if let Some((every, hook)) = hook.as_mut() {
-            let oom_now = ooms.count > ooms_before;
-            if oom_now || (*every > 0 && i % *every == 0) {
-                let device = alloc.with_device(|d| d.counters().clone());
-                let flow = alloc.with_stats(|stats| {
-                    hook(&Progress {
-                        op_index: i,
-                        stats,
-                        device: &device,
-                        ooms: ooms.count,
-                        oom_now,
-                    })
-                });
-                if flow.is_break() {
-                    stopped_early = true;
-                    break;
-                }
-            }
+        let Some((every, hook)) = hook.as_mut() else {
+            return Ok(());
+        };
+        if !(oom_now || (*every > 0 && i.is_multiple_of(*every))) {
+            return Ok(());
+        }
+        let device = self.alloc.with_device(|d| d.counters().clone());
+        let flow = self.alloc.with_stats(|stats| {
+            hook(&Progress {
+                op_index: i,
+                stats,
+                device: &device,
+                ooms: self.ooms.count,
+                oom_now,
+            })
+        });
+        if flow.is_break() {
+            return Err(Stop::Early);
+        }
+        Ok(())
+    }
+
+    /// The end state, the optional clean-up, and the report (inside the error when a fatal
+    /// error stopped the rows).
+    fn finish(self, wall_ns: u128, cpu_ns: u128) -> Result<ReplayReport, ReplayError> {
+        // Skipped frees are counted by the trace, not by what was replayed: an OOM'd
+        // allocation whose free lies beyond an early stop is not counted.
+        let mut stats = self.alloc.stats().unwrap_or_default();
+        stats.num_sync_all_streams += self.pool_rows.extra_syncs();
+        let mem_info_at_end = self
+            .alloc
+            .with_device(cachalot_core::Device::mem_get_info)
+            .map_err(|e| ReplayError::at(0, e.into()))?;
+        let pools = self.pool_rows.report(&self.alloc, self.trace);
+        let snapshot = if self.opts.snapshot_at_end {
+            self.alloc.snapshot().ok()
+        } else {
+            None
+        };
+        let after_empty_cache = if self.opts.empty_cache_at_end && self.fatal.is_none() {
+            Some(self.free_all_and_empty_cache()?)
+        } else {
+            None
+        };
+        let mut device = self.alloc.into_device();
+        let report = ReplayReport {
+            // The oracle counts the trace's allocations and frees, also when an error stopped
+            // the replay.
+            events: if self.fatal.is_some() {
+                self.trace.stats.allocs + self.trace.stats.frees
+            } else {
+                self.events
+            },
+            stats,
+            ooms: self.ooms,
+            phys_used: device.phys_used(),
+            va_reserved: device.va_reserved(),
+            device: device.counters().clone(),
+            mem_info_at_end,
+            segments: device.take_log(),
+            wall_ns,
+            cpu_ns,
+            stopped_early: self.stopped_early,
+            samples: self.samples,
+            after_empty_cache,
+            snapshot,
+            fatal_error: self
+                .fatal
+                .as_ref()
+                .map(|(line, e)| (*line, e.torch_message())),
+            pools,
+        };
+        match self.fatal {
+            None => Ok(report),
+            Some((line, source)) => Err(ReplayError {
+                line,
+                source,
+                report: Some(Box::new(report)),
+            }),
         }
     }
-    let wall_ns = start.elapsed().as_nanos();
-    let cpu_ns = cpu_start.elapsed().as_nanos();
-    // Skipped frees are counted by the trace, not by what was replayed: an OOM'd allocation
-    // whose free lies beyond an early stop is not counted.
-    let mut stats = alloc.stats().unwrap_or_default();
-    stats.num_sync_all_streams += pool_rows.extra_syncs();
-    let mem_info_at_end = alloc
-        .with_device(cachalot_core::Device::mem_get_info)
-        .map_err(|e| ReplayError::at(0, e.into()))?;
-    let pools = pool_rows.report(&alloc, trace);
-    let snapshot = if opts.snapshot_at_end {
-        alloc.snapshot().ok()
-    } else {
-        None
-    };
-    let after_empty_cache = if opts.empty_cache_at_end && fatal.is_none() {
-        tag.store(-1, Ordering::Relaxed);
-        for p in ptrs.iter().copied().filter(|&p| p != 0) {
-            alloc.free(p).map_err(|source| ReplayError::at(0, source))?;
+
+    /// [`ReplayOptions::empty_cache_at_end`]: frees what is still live, empties the cache,
+    /// and reads the state then. Device calls are tagged with line -1.
+    fn free_all_and_empty_cache(&self) -> Result<AfterEmptyCache, ReplayError> {
+        self.tag.store(-1, Ordering::Relaxed);
+        for p in self.ptrs.iter().copied().filter(|&p| p != 0) {
+            self.alloc
+                .free(p)
+                .map_err(|source| ReplayError::at(0, source))?;
         }
-        alloc
+        self.alloc
             .empty_cache()
             .map_err(|source| ReplayError::at(0, source))?;
-        Some(AfterEmptyCache {
-            stats: alloc.stats().unwrap_or_default(),
-            phys_used: alloc.with_device(|d| d.phys_used()),
+        Ok(AfterEmptyCache {
+            stats: self.alloc.stats().unwrap_or_default(),
+            phys_used: self.alloc.with_device(|d| d.phys_used()),
         })
-    } else {
-        None
-    };
-    let mut device = alloc.into_device();
-    let report = ReplayReport {
-        // The oracle counts the trace's allocations and frees, also when an error stopped the
-        // replay.
-        events: if fatal.is_some() {
-            trace.stats.allocs + trace.stats.frees
-        } else {
-            events
-        },
-        stats,
-        ooms,
-        phys_used: device.phys_used(),
-        va_reserved: device.va_reserved(),
-        device: device.counters().clone(),
-        mem_info_at_end,
-        segments: device.take_log(),
-        wall_ns,
-        cpu_ns,
-        stopped_early,
-        samples,
-        after_empty_cache,
-        snapshot,
-        fatal_error: fatal
-            .as_ref()
-            .map(|(line, e): &(u64, AllocError)| (*line, e.torch_message())),
-        pools,
-    };
-    match fatal {
-        None => Ok(report),
-        Some((line, source)) => Err(ReplayError {
-            line,
-            source,
-            report: Some(Box::new(report)),
-        }),
     }
 }
