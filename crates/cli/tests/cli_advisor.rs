@@ -2,18 +2,12 @@
 //! errors for bad input.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
 fn cachalot(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cachalot"))
-        .args(args)
-        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
-        .env_remove("PYTORCH_ALLOC_CONF")
-        .env_remove("CACHALOT_ALLOC_CONF")
-        .output()
-        .expect("run cachalot")
+    cachalot_testkit::output(env!("CARGO_BIN_EXE_cachalot"), args)
 }
 
 fn stdout(o: &Output) -> String {

@@ -1,17 +1,12 @@
 //! `cachalot bench` end to end, on tiny generated traces (the speed itself is measured by
 //! running it, not asserted here).
 
-use std::path::Path;
-use std::process::Command;
-
-fn root() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
+use cachalot_testkit::workspace;
 
 #[test]
 fn bench_prints_one_row_per_trace_and_configuration() {
-    let out = Command::new(env!("CARGO_BIN_EXE_cachalot"))
-        .current_dir(root())
+    let out = cachalot_testkit::command(env!("CARGO_BIN_EXE_cachalot"))
+        .current_dir(workspace())
         .args(["bench", "--runs", "3", "--scale", "0.01", "--no-oracle"])
         .args([
             "--trace",
@@ -55,18 +50,12 @@ fn bench_prints_one_row_per_trace_and_configuration() {
 
 #[test]
 fn bench_against_the_oracle_reports_the_same_decisions() {
-    let oracle = root().join("../shared/oracle/oracle");
-    let ready = oracle.exists()
-        && Command::new(root().join("../shared/oracle/setup.sh"))
-            .arg("--check")
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if !ready {
-        eprintln!("skipped: the oracle is not set up at {}", oracle.display());
-        return;
-    }
-    let out = Command::new(env!("CARGO_BIN_EXE_cachalot"))
-        .current_dir(root())
+    let oracle = match cachalot_testkit::oracle() {
+        Ok(oracle) => oracle,
+        Err(why) => return cachalot_testkit::skip(why),
+    };
+    let out = cachalot_testkit::command(env!("CARGO_BIN_EXE_cachalot"))
+        .current_dir(workspace())
         .args([
             "bench",
             "--runs",
@@ -77,6 +66,8 @@ fn bench_against_the_oracle_reports_the_same_decisions() {
             "streams-64",
         ])
         .args(["--config", "max_split_size_mb:128"])
+        .arg("--oracle")
+        .arg(&oracle)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -94,7 +85,7 @@ fn bench_against_the_oracle_reports_the_same_decisions() {
 
 #[test]
 fn bench_rejects_an_unknown_configuration_label() {
-    let out = Command::new(env!("CARGO_BIN_EXE_cachalot"))
+    let out = cachalot_testkit::command(env!("CARGO_BIN_EXE_cachalot"))
         .args(["bench", "--no-oracle", "--config", "nonsense"])
         .output()
         .unwrap();

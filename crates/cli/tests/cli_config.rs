@@ -1,17 +1,7 @@
 //! `cachalot config`: one line per option, the changed ones marked, bad input quoted.
 
-use std::process::Command;
-
 fn config(arg: &str) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_cachalot"))
-        .args(["config", arg])
-        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
-        .env_remove("PYTORCH_ALLOC_CONF")
-        .env_remove("CACHALOT_ALLOC_CONF")
-        .env_remove("PYTORCH_NO_CUDA_MEMORY_CACHING")
-        .env_remove("PYTORCH_NO_HIP_MEMORY_CACHING")
-        .output()
-        .unwrap()
+    cachalot_testkit::output(env!("CARGO_BIN_EXE_cachalot"), &["config", arg])
 }
 
 #[test]
@@ -52,17 +42,8 @@ fn a_bad_entry_is_quoted_with_torchs_message() {
 #[test]
 fn the_environment_is_read_as_torch_reads_it() {
     let run = |args: &[&str], vars: &[(&str, &str)]| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_cachalot"));
+        let mut c = cachalot_testkit::command(env!("CARGO_BIN_EXE_cachalot"));
         c.args(args);
-        for v in [
-            "PYTORCH_CUDA_ALLOC_CONF",
-            "PYTORCH_ALLOC_CONF",
-            "CACHALOT_ALLOC_CONF",
-            "PYTORCH_NO_CUDA_MEMORY_CACHING",
-            "PYTORCH_NO_HIP_MEMORY_CACHING",
-        ] {
-            c.env_remove(v);
-        }
         c.envs(vars.iter().copied());
         let out = c.output().unwrap();
         assert!(out.status.success(), "{args:?} {vars:?}: {out:?}");

@@ -2,22 +2,15 @@
 //! killed writer) was accepted as a shorter, valid trace. Now the cut copy is refused, saying
 //! so, and the whole one replays as before.
 
-use std::path::PathBuf;
-use std::process::Command;
-
 fn cachalot(args: &[&std::ffi::OsStr]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_cachalot"))
-        .args(args)
-        .output()
-        .unwrap()
+    cachalot_testkit::output(env!("CARGO_BIN_EXE_cachalot"), args)
 }
 
 #[test]
 fn a_truncated_conversion_is_an_error_not_a_shorter_trace() {
     let dir = std::env::temp_dir().join(format!("cachalot-sealed-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let input = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/traces/bert-finetune-varlen.csv.gz");
+    let input = cachalot_testkit::fixture("traces/bert-finetune-varlen.csv.gz");
     let whole = dir.join("whole.csv");
     let out = cachalot(&["convert".as_ref(), input.as_os_str(), whole.as_os_str()]);
     assert!(

@@ -1,19 +1,12 @@
 //! The snapshot-related commands end to end: `replay --summary/--json/--snapshot/--device`,
 //! `convert` and `explain`, on the fixtures, with real values checked.
 
-use cachalot_testkit::fixtures;
-use std::io::Read;
+use cachalot_testkit::{fixtures, gunzip};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn cachalot(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cachalot"))
-        .args(args)
-        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
-        .env_remove("PYTORCH_ALLOC_CONF")
-        .env_remove("CACHALOT_ALLOC_CONF")
-        .output()
-        .unwrap()
+    cachalot_testkit::output(env!("CARGO_BIN_EXE_cachalot"), args)
 }
 
 /// A replay that ran out of memory: exit status 1, the report on stdout.
@@ -36,14 +29,6 @@ fn ok(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-fn gunzip(path: &Path) -> Vec<u8> {
-    let mut out = Vec::new();
-    flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
-        .read_to_end(&mut out)
-        .unwrap();
-    out
 }
 
 fn tmp(name: &str) -> PathBuf {

@@ -3,27 +3,16 @@
 //! fake GPU (tests/fixtures/snapshots/own, `scripts/gen_snapshot_fixtures.py`) and on the
 //! shipped ones.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
 fn cachalot(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cachalot"))
-        .args(args)
-        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
-        .env_remove("PYTORCH_ALLOC_CONF")
-        .env_remove("CACHALOT_ALLOC_CONF")
-        .output()
-        .unwrap()
+    cachalot_testkit::output(env!("CARGO_BIN_EXE_cachalot"), args)
 }
 
 fn fixture(rel: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(rel)
-        .display()
-        .to_string()
+    cachalot_testkit::fixture(rel).display().to_string()
 }
 
 fn text(o: &Output) -> (String, String) {

@@ -5,75 +5,45 @@
 //! (`tests/fixtures/{golden,traces}` at the workspace root). Set `GOLDEN_FILTER=substring`
 //! to run a subset (matched against `trace/scenario`).
 
-use std::io::Read;
-use std::path::Path;
-
+use cachalot_core::AllocConf;
 use cachalot_core::config::{Settings, parse_pytorch};
 use cachalot_replay::report::{ReportMeta, report_json, write_segments};
-use cachalot_replay::{ReplayOptions, load_rmm, replay};
+use cachalot_replay::{ReplayOptions, ReplayReport, load_rmm, replay};
 use cachalot_sim::SimConfig;
-use cachalot_testkit::fixtures;
+use cachalot_testkit::{ORACLE_FIELDS, fixtures, gunzip, json_diff, log_diff, read_json};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-fn gunzip(path: &Path) -> String {
-    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut s = String::new();
-    flate2::read::GzDecoder::new(f)
-        .read_to_string(&mut s)
-        .unwrap();
-    s
-}
-
-/// Compares two JSON values; floats by value. Returns the paths that differ.
-fn diff(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            for (k, v) in y {
-                match x.get(k) {
-                    Some(u) => diff(&format!("{path}.{k}"), u, v, out),
-                    None => out.push(format!("{path}.{k}: missing (oracle {v})")),
-                }
-            }
-        }
-        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
-            for (i, (u, v)) in x.iter().zip(y).enumerate() {
-                diff(&format!("{path}[{i}]"), u, v, out);
-            }
-        }
-        (Value::Number(x), Value::Number(y)) if x.as_f64() == y.as_f64() => {}
-        _ if a == b => {}
-        _ => out.push(format!("{path}: cachalot {a}, oracle {b}")),
+/// The replay options of a golden scenario: its configuration and capacity, with the
+/// device-call log on.
+fn options(conf: &AllocConf, capacity: u64) -> ReplayOptions {
+    ReplayOptions {
+        conf: conf.clone(),
+        sim: SimConfig::with_capacity(capacity),
+        log_segments: true,
+        ..ReplayOptions::default()
     }
 }
 
-const COMPARED: &[&str] = &[
-    "trace_stats",
-    "events",
-    "peak",
-    "final",
-    "num_device_alloc",
-    "num_device_free",
-    "num_alloc_retries",
-    "num_ooms",
-    "ooms",
-    "device_stats",
-    "fake_device",
-    "cudaMemGetInfo_at_end",
-];
+/// The device-call log of `report` as the oracle writes it (`--segments`).
+fn segments_csv(report: &ReplayReport) -> String {
+    let mut csv = Vec::new();
+    write_segments(&mut csv, &report.segments).unwrap();
+    String::from_utf8(csv).unwrap()
+}
 
 /// The oracle fields of `report` that differ from `golden`.
 fn json_diffs(
-    report: &cachalot_replay::ReplayReport,
-    conf: &cachalot_core::AllocConf,
+    report: &ReplayReport,
+    conf: &AllocConf,
     trace: &cachalot_replay::LoadedTrace,
     capacity: u64,
     golden: &Value,
 ) -> Vec<String> {
     let ours = report_json(report, conf, &trace.stats, capacity, &ReportMeta::default());
     let mut diffs = Vec::new();
-    for key in COMPARED {
-        diff(key, &ours[key], &golden[key], &mut diffs);
+    for key in ORACLE_FIELDS {
+        json_diff(key, &ours[key], &golden[key], &mut diffs);
     }
     diffs
 }
@@ -110,9 +80,7 @@ impl Tally {
 
 fn run_golden(include_expandable: bool) {
     let root = fixtures();
-    let index: Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join("golden/index.json")).unwrap())
-            .unwrap();
+    let index = read_json(&root.join("golden/index.json"));
     let filter = std::env::var("GOLDEN_FILTER").unwrap_or_default();
     let mut tally = Tally::default();
     for (name, entry) in index.as_object().unwrap() {
@@ -129,36 +97,15 @@ fn run_golden(include_expandable: bool) {
             let trace = trace.get_or_insert_with(|| load_rmm(&trace_path).unwrap());
             let (conf, _) = parse_pytorch(conf_str).unwrap();
             let capacity = sc["FAKE_CUDA_CAPACITY"].as_u64().unwrap();
-            let opts = ReplayOptions {
-                conf: conf.clone(),
-                sim: SimConfig::with_capacity(capacity),
-                log_segments: true,
-                ..ReplayOptions::default()
-            };
-            let report = replay(trace, &opts).unwrap();
-            let golden: Value = serde_json::from_str(
-                &std::fs::read_to_string(root.join(format!("golden/{id}.json"))).unwrap(),
-            )
-            .unwrap();
+            let report = replay(trace, &options(&conf, capacity)).unwrap();
+            let golden = read_json(&root.join(format!("golden/{id}.json")));
             let mut diffs = json_diffs(&report, &conf, trace, capacity, &golden);
-            let mut csv = Vec::new();
-            write_segments(&mut csv, &report.segments).unwrap();
-            let csv = String::from_utf8(csv).unwrap();
             let golden_csv = gunzip(&root.join(format!("golden/{id}.segments.csv.gz")));
-            if csv != golden_csv {
-                let first = csv
-                    .lines()
-                    .zip(golden_csv.lines())
-                    .position(|(a, b)| a != b)
-                    .unwrap_or(csv.lines().count().min(golden_csv.lines().count()));
-                diffs.push(format!(
-                    "segments log differs at row {first} (cachalot {} rows, oracle {}): cachalot `{}` oracle `{}`",
-                    csv.lines().count(),
-                    golden_csv.lines().count(),
-                    csv.lines().nth(first).unwrap_or("<end>"),
-                    golden_csv.lines().nth(first).unwrap_or("<end>")
-                ));
-            }
+            diffs.extend(log_diff(
+                "segments log",
+                &segments_csv(&report),
+                &String::from_utf8(golden_csv).unwrap(),
+            ));
             tally.record(&id, diffs);
         }
     }
@@ -180,10 +127,7 @@ fn expandable_segments_match_the_oracle() {
 #[test]
 fn direct_backends_match_the_oracle() {
     let root = fixtures();
-    let index: Value = serde_json::from_str(
-        &std::fs::read_to_string(root.join("golden-async/index.json")).unwrap(),
-    )
-    .unwrap();
+    let index = read_json(&root.join("golden-async/index.json"));
     let filter = std::env::var("GOLDEN_FILTER").unwrap_or_default();
     let mut tally = Tally::default();
     for (name, entry) in index.as_object().unwrap() {
@@ -202,18 +146,9 @@ fn direct_backends_match_the_oracle() {
             };
             let conf = Settings::from_env_with(env).unwrap().conf;
             let capacity = sc["FAKE_CUDA_CAPACITY"].as_u64().unwrap();
-            let opts = ReplayOptions {
-                conf: conf.clone(),
-                sim: SimConfig::with_capacity(capacity),
-                log_segments: true,
-                ..ReplayOptions::default()
-            };
-            let golden: Value = serde_json::from_str(
-                &std::fs::read_to_string(root.join(format!("golden-async/{id}.json"))).unwrap(),
-            )
-            .unwrap();
+            let golden = read_json(&root.join(format!("golden-async/{id}.json")));
             let mut diffs = Vec::new();
-            match replay(&trace, &opts) {
+            match replay(&trace, &options(&conf, capacity)) {
                 Ok(report) => {
                     diffs = json_diffs(&report, &conf, &trace, capacity, &golden);
                     let rows = report.segments.len() as u64;
@@ -224,9 +159,7 @@ fn direct_backends_match_the_oracle() {
                         ));
                     }
                     // Large logs are stored only as a digest of the whole CSV, header included.
-                    let mut csv = Vec::new();
-                    write_segments(&mut csv, &report.segments).unwrap();
-                    let sha = format!("{:x}", Sha256::digest(&csv));
+                    let sha = format!("{:x}", Sha256::digest(segments_csv(&report)));
                     if Some(sha.as_str()) != golden["segments_sha256"].as_str() {
                         diffs.push("segments log differs (SHA-256)".into());
                     }
@@ -257,8 +190,7 @@ fn direct_backends_match_the_oracle() {
 #[test]
 fn pool_rows_match_the_oracle() {
     let root = fixtures().join("pools");
-    let index: Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join("index.json")).unwrap()).unwrap();
+    let index = read_json(&root.join("index.json"));
     let filter = std::env::var("GOLDEN_FILTER").unwrap_or_default();
     let mut tally = Tally::default();
     for (name, scenarios) in index.as_object().unwrap() {
@@ -295,52 +227,22 @@ fn pool_rows_match_the_oracle() {
                 conf.backend = cachalot_core::Backend::Uncached;
             }
             let capacity = sc["FAKE_CUDA_CAPACITY"].as_u64().unwrap();
-            let opts = ReplayOptions {
-                conf: conf.clone(),
-                sim: SimConfig::with_capacity(capacity),
-                log_segments: true,
-                ..ReplayOptions::default()
-            };
-            let golden: Value = serde_json::from_str(
-                &std::fs::read_to_string(root.join(format!("{id}.json"))).unwrap(),
-            )
-            .unwrap();
+            let golden = read_json(&root.join(format!("{id}.json")));
             // A misused row stops the replay with the report as of then, as the oracle does.
-            let replayed = replay(&trace, &opts).or_else(|e| match e.report {
+            let replayed = replay(&trace, &options(&conf, capacity)).or_else(|e| match e.report {
                 Some(r) => Ok(*r),
                 None => Err(e),
             });
             match replayed {
                 Ok(report) => {
-                    let ours = report_json(
-                        &report,
-                        &conf,
-                        &trace.stats,
-                        capacity,
-                        &ReportMeta::default(),
-                    );
-                    for key in COMPARED.iter().chain(&["pools", "fatal_error"]) {
-                        if ours.get(key).is_some() || golden.get(key).is_some() {
-                            diff(key, &ours[key], &golden[key], &mut diffs);
-                        }
-                    }
-                    let mut csv = Vec::new();
-                    write_segments(&mut csv, &report.segments).unwrap();
-                    let csv = String::from_utf8(csv).unwrap();
+                    diffs.extend(json_diffs(&report, &conf, &trace, capacity, &golden));
                     let golden_csv =
                         std::fs::read_to_string(root.join(format!("{id}.segments.csv"))).unwrap();
-                    if csv != golden_csv {
-                        let first = csv
-                            .lines()
-                            .zip(golden_csv.lines())
-                            .position(|(a, b)| a != b)
-                            .unwrap_or(csv.lines().count().min(golden_csv.lines().count()));
-                        diffs.push(format!(
-                            "segments log differs at row {first}: cachalot `{}` oracle `{}`",
-                            csv.lines().nth(first).unwrap_or("<end>"),
-                            golden_csv.lines().nth(first).unwrap_or("<end>")
-                        ));
-                    }
+                    diffs.extend(log_diff(
+                        "segments log",
+                        &segments_csv(&report),
+                        &golden_csv,
+                    ));
                 }
                 Err(e) => diffs.push(format!("replay failed: {e}")),
             }

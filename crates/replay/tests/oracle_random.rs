@@ -20,33 +20,8 @@ mod common;
 use std::fmt::Write as _;
 use std::path::Path;
 
+use cachalot_trace::SplitMix64 as Rng;
 use common::{Case, differences, oracle, run_oracle, run_ours, try_run_oracle};
-
-/// A small deterministic generator (SplitMix64).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<'a, T: ?Sized>(&mut self, items: &[&'a T]) -> &'a T {
-        items[self.below(items.len() as u64) as usize]
-    }
-    /// Log-uniform in [lo, hi).
-    fn log_uniform(&mut self, lo: u64, hi: u64) -> u64 {
-        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
-        ((lo as f64).ln() + u * ((hi as f64).ln() - (lo as f64).ln())).exp() as u64
-    }
-}
 
 const MIB: u64 = 1 << 20;
 
@@ -249,7 +224,7 @@ fn random_configs_traces_and_capacities_match_the_oracle() {
     let mut with_oom = 0u64;
     let mut failures = Vec::new();
     for i in 0..cases {
-        let mut rng = Rng(seed.wrapping_mul(1_000_003).wrapping_add(i));
+        let mut rng = Rng::new(seed.wrapping_mul(1_000_003).wrapping_add(i));
         let trace_path = dir.join(format!("t{i}.csv"));
         std::fs::write(&trace_path, random_trace(&mut rng)).unwrap();
         let (no_cuda_caching, no_hip_caching) = random_env(&mut rng);
@@ -322,7 +297,7 @@ fn random_pool_trace(seed: u64, events: usize, streams: u64, misuse: bool) -> St
         refs: u32,
         open: bool,
     }
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut live: Vec<u64> = Vec::new();
     let mut pools: Vec<Pool> = Vec::new();
     let mut next_ptr = 1u64;

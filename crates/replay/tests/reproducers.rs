@@ -12,6 +12,7 @@ mod common;
 
 use std::path::PathBuf;
 
+use cachalot_testkit::read_json;
 use common::{Case, Outcome, differences, oracle, run_oracle, run_ours};
 use serde_json::Value;
 
@@ -20,8 +21,7 @@ fn dir() -> PathBuf {
 }
 
 fn cases() -> Vec<(String, Case)> {
-    let index: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir().join("index.json")).unwrap()).unwrap();
+    let index = read_json(&dir().join("index.json"));
     let text = |v: &Value| v.as_str().map(str::to_string);
     index
         .as_object()
@@ -41,10 +41,7 @@ fn cases() -> Vec<(String, Case)> {
 }
 
 fn recorded(name: &str) -> Outcome {
-    let json: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir().join(format!("{name}.oracle.json"))).unwrap(),
-    )
-    .unwrap();
+    let json = read_json(&dir().join(format!("{name}.oracle.json")));
     Outcome {
         status: json["exit_status"].as_i64().unwrap() as i32,
         segments: std::fs::read_to_string(dir().join(format!("{name}.segments.csv"))).unwrap(),

@@ -1,9 +1,15 @@
 //! What the workspace's tests share, so that each rule is written once: where the fixtures
 //! are, where `shared/` and the oracle are (one variable each), how a skipped test says why,
-//! and how a test compiles C with gcc. A dev-dependency only; nothing ships with it.
+//! how a test compiles C with gcc, runs a command without the developer's allocator settings,
+//! reads a gzip fixture, and compares JSON with the oracle's. A dev-dependency only; nothing
+//! ships with it.
 
+use std::ffi::OsStr;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
+
+use serde_json::Value;
 
 /// The variable that points the tests at an oracle command (default:
 /// `shared/oracle/oracle` beside the checkout).
@@ -91,6 +97,115 @@ pub fn succeed(cmd: &mut Command) {
     );
 }
 
+/// The variables torch 2.15 and cachalot read an allocator configuration from. Commands
+/// under test run without them ([`command`]), so that a developer's own settings never change
+/// a result.
+pub const CONFIG_VARS: &[&str] = &[
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_HIP_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
+    "CACHALOT_ALLOC_CONF",
+    "PYTORCH_NO_CUDA_MEMORY_CACHING",
+    "PYTORCH_NO_HIP_MEMORY_CACHING",
+];
+
+/// `program` as a command with none of [`CONFIG_VARS`] set.
+pub fn command(program: impl AsRef<OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    for var in CONFIG_VARS {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+/// Runs `program args…` as [`command`] does and waits for it; panics only if it cannot start.
+pub fn output<S: AsRef<OsStr>>(program: impl AsRef<OsStr>, args: &[S]) -> Output {
+    let mut cmd = command(program);
+    cmd.args(args);
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+/// The decompressed bytes of a gzip file (every member, as `gzip -d` reads them).
+pub fn gunzip(path: &Path) -> Vec<u8> {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut bytes = Vec::new();
+    flate2::read::MultiGzDecoder::new(file)
+        .read_to_end(&mut bytes)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    bytes
+}
+
+/// A JSON file, parsed.
+pub fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The fields of the oracle's JSON report that a replay must reproduce exactly (the others
+/// describe the run: paths, timings, the oracle's build).
+pub const ORACLE_FIELDS: &[&str] = &[
+    "trace_stats",
+    "events",
+    "peak",
+    "final",
+    "num_device_alloc",
+    "num_device_free",
+    "num_alloc_retries",
+    "num_ooms",
+    "ooms",
+    "device_stats",
+    "fake_device",
+    "cudaMemGetInfo_at_end",
+    "fatal_error",
+    "pools",
+];
+
+/// Compares cachalot's JSON (`ours`) with the oracle's (`theirs`) below `path`, numbers by
+/// value (`1` equals `1.0`), and pushes one line for each path that differs. Keys only
+/// cachalot writes are not compared: the oracle's output is the reference.
+pub fn json_diff(path: &str, ours: &Value, theirs: &Value, out: &mut Vec<String>) {
+    match (ours, theirs) {
+        (Value::Object(x), Value::Object(y)) => {
+            for (k, v) in y {
+                match x.get(k) {
+                    Some(u) => json_diff(&format!("{path}.{k}"), u, v, out),
+                    None => out.push(format!("{path}.{k}: missing (oracle {v})")),
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (u, v)) in x.iter().zip(y).enumerate() {
+                json_diff(&format!("{path}[{i}]"), u, v, out);
+            }
+        }
+        (Value::Number(x), Value::Number(y)) if x.as_f64() == y.as_f64() => {}
+        _ if ours == theirs => {}
+        _ => out.push(format!("{path}: cachalot {ours}, oracle {theirs}")),
+    }
+}
+
+/// Where two line-oriented logs (device-call CSVs) first differ, as one line naming the
+/// row, both lengths and both rows; `None` when they are equal.
+pub fn log_diff(what: &str, ours: &str, theirs: &str) -> Option<String> {
+    if ours == theirs {
+        return None;
+    }
+    let (a, b): (Vec<&str>, Vec<&str>) = (ours.lines().collect(), theirs.lines().collect());
+    let row = a
+        .iter()
+        .zip(&b)
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.len().min(b.len()));
+    Some(format!(
+        "{what} differ at row {row} ({} rows, oracle {}): cachalot `{}`, oracle `{}`",
+        a.len(),
+        b.len(),
+        a.get(row).unwrap_or(&"<end>"),
+        b.get(row).unwrap_or(&"<end>")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,6 +214,60 @@ mod tests {
     fn fixtures_are_found_from_any_crate() {
         assert!(fixture("traces").is_dir(), "{}", fixtures().display());
         assert!(workspace().join("Cargo.toml").is_file());
+    }
+
+    #[test]
+    fn json_diff_names_each_differing_path_and_compares_numbers_by_value() {
+        let ours = serde_json::json!({"a": 1, "b": [1, 2], "c": {"d": "x"}, "extra": 0});
+        let theirs = serde_json::json!({"a": 1.0, "b": [1, 3], "c": {"d": "y", "e": 5}});
+        let mut out = Vec::new();
+        json_diff("r", &ours, &theirs, &mut out);
+        assert_eq!(
+            out,
+            [
+                "r.b[1]: cachalot 2, oracle 3",
+                "r.c.d: cachalot \"x\", oracle \"y\"",
+                "r.c.e: missing (oracle 5)",
+            ]
+        );
+        let mut none = Vec::new();
+        json_diff("r", &theirs, &theirs, &mut none);
+        assert!(none.is_empty(), "{none:?}");
+        let mut lengths = Vec::new();
+        json_diff(
+            "r",
+            &serde_json::json!([1]),
+            &serde_json::json!([1, 2]),
+            &mut lengths,
+        );
+        assert_eq!(lengths, ["r: cachalot [1], oracle [1,2]"]);
+    }
+
+    #[test]
+    fn log_diff_names_the_first_differing_row() {
+        assert_eq!(log_diff("calls", "a\nb\n", "a\nb\n"), None);
+        assert_eq!(
+            log_diff("calls", "a\nb\nc\n", "a\nx\n").as_deref(),
+            Some("calls differ at row 1 (3 rows, oracle 2): cachalot `b`, oracle `x`")
+        );
+        assert_eq!(
+            log_diff("calls", "a\n", "a\nz\n").as_deref(),
+            Some("calls differ at row 1 (1 rows, oracle 2): cachalot `<end>`, oracle `z`")
+        );
+    }
+
+    #[test]
+    fn commands_run_without_the_allocator_variables() {
+        let cmd = command("env");
+        let removed: Vec<&OsStr> = cmd
+            .get_envs()
+            .filter(|(_, value)| value.is_none())
+            .map(|(key, _)| key)
+            .collect();
+        for var in CONFIG_VARS {
+            assert!(removed.contains(&OsStr::new(var)), "{var} is not removed");
+        }
+        assert!(output("true", &[] as &[&str]).status.success());
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub mod ids;
 mod pool_rows;
 pub mod rmm;
 pub mod seal;
+pub mod splitmix;
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
@@ -48,6 +49,7 @@ pub use error::TraceError;
 pub use ids::{IdName, IdTable, PtrId, StreamKey};
 pub use rmm::{Columns, Event, Record, RmmReader, open};
 pub use seal::seal_csv;
+pub use splitmix::SplitMix64;
 
 /// Buffer size of the readers [`open_decompressed`] returns.
 const BUF_SIZE: usize = 256 * 1024;

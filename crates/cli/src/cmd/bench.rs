@@ -24,6 +24,7 @@ use anyhow::{Context, Result, bail};
 use cachalot_core::config::{Overrides, Settings};
 use cachalot_replay::{LoadedTrace, ReplayOptions, ReplayReport, load_rmm, replay};
 use cachalot_sim::SimConfig;
+use cachalot_trace::SplitMix64;
 use nix::sys::resource::{UsageWho, getrusage};
 
 /// Arguments of `cachalot bench`.
@@ -107,30 +108,6 @@ const SYNTHETIC: [Synthetic; 3] = [
     },
 ];
 
-/// A small deterministic generator (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Log-uniform in [lo, hi).
-    fn log_uniform(&mut self, lo: u64, hi: u64) -> u64 {
-        let (l, h) = ((lo as f64).ln(), (hi as f64).ln());
-        (l + self.unit() * (h - l)).exp() as u64
-    }
-}
-
 impl Synthetic {
     /// The trace as RMM CSV: it fills up to `live` blocks, then allocates and frees at
     /// random, and frees everything at the end. Sizes: 90 % from 512 B to 1 MiB, 10 % from
@@ -138,7 +115,7 @@ impl Synthetic {
     fn csv(&self, scale: f64) -> String {
         use std::fmt::Write;
         let events = ((self.events as f64 * scale) as usize).max(2 * self.live.min(1000));
-        let mut rng = Rng(self.seed);
+        let mut rng = SplitMix64::new(self.seed);
         let mut live: Vec<u64> = Vec::new();
         let mut next = 1u64;
         let mut out = String::from("Thread,Time,Action,Pointer,Size,Stream\n");

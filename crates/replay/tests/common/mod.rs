@@ -4,7 +4,7 @@
 //! A case is a trace file, a capacity, a `PYTORCH_CUDA_ALLOC_CONF` string, the no-caching
 //! environment and `--ignore-streams`. Both sides are compared on what the oracle reports:
 //! the exit-status class (0 replayed, 2 config rejected, 3 fatal `c10::Error`), the JSON
-//! fields listed in [`COMPARED`] (statistics, counts, OOM messages, `fatal_error`) and the
+//! fields listed in `cachalot_testkit::ORACLE_FIELDS` (statistics, counts, OOM messages, `fatal_error`) and the
 //! device-call log row for row.
 
 #![allow(dead_code)]
@@ -20,6 +20,7 @@ use serde_json::Value;
 
 /// The oracle command, if it is set up beside the checkout (or named by `CACHALOT_ORACLE`).
 pub use cachalot_testkit::oracle;
+use cachalot_testkit::{ORACLE_FIELDS, json_diff, log_diff};
 
 /// One replay setting.
 #[derive(Clone, Debug, Default)]
@@ -177,46 +178,6 @@ pub fn run_ours(trace: &Path, case: &Case) -> Outcome {
     }
 }
 
-/// The oracle's JSON fields a replay must reproduce exactly.
-pub const COMPARED: &[&str] = &[
-    "trace_stats",
-    "events",
-    "peak",
-    "final",
-    "num_device_alloc",
-    "num_device_free",
-    "num_alloc_retries",
-    "num_ooms",
-    "ooms",
-    "device_stats",
-    "fake_device",
-    "cudaMemGetInfo_at_end",
-    "fatal_error",
-    "pools",
-];
-
-/// Compares two JSON values, numbers by value; pushes the paths that differ.
-pub fn json_diff(path: &str, ours: &Value, theirs: &Value, out: &mut Vec<String>) {
-    match (ours, theirs) {
-        (Value::Object(x), Value::Object(y)) => {
-            for (k, v) in y {
-                match x.get(k) {
-                    Some(u) => json_diff(&format!("{path}.{k}"), u, v, out),
-                    None => out.push(format!("{path}.{k}: missing (oracle {v})")),
-                }
-            }
-        }
-        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
-            for (i, (u, v)) in x.iter().zip(y).enumerate() {
-                json_diff(&format!("{path}[{i}]"), u, v, out);
-            }
-        }
-        (Value::Number(x), Value::Number(y)) if x.as_f64() == y.as_f64() => {}
-        _ if ours == theirs => {}
-        _ => out.push(format!("{path}: cachalot {ours}, oracle {theirs}")),
-    }
-}
-
 /// Everything in which `ours` differs from the oracle's `theirs`; empty when identical.
 pub fn differences(ours: &Outcome, theirs: &Outcome) -> Vec<String> {
     let mut d = Vec::new();
@@ -230,26 +191,9 @@ pub fn differences(ours: &Outcome, theirs: &Outcome) -> Vec<String> {
     if theirs.status == 2 {
         return d;
     }
-    for key in COMPARED {
+    for key in ORACLE_FIELDS {
         json_diff(key, &ours.json[key], &theirs.json[key], &mut d);
     }
-    if ours.segments != theirs.segments {
-        let (a, b): (Vec<_>, Vec<_>) = (
-            ours.segments.lines().collect(),
-            theirs.segments.lines().collect(),
-        );
-        let row = a
-            .iter()
-            .zip(&b)
-            .position(|(x, y)| x != y)
-            .unwrap_or(a.len().min(b.len()));
-        d.push(format!(
-            "device calls differ at row {row} ({} rows, oracle {}): cachalot `{}`, oracle `{}`",
-            a.len(),
-            b.len(),
-            a.get(row).unwrap_or(&"<end>"),
-            b.get(row).unwrap_or(&"<end>")
-        ));
-    }
+    d.extend(log_diff("device calls", &ours.segments, &theirs.segments));
     d
 }
