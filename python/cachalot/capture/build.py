@@ -27,6 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RUNTIME_SRC = Path(__file__).with_name("runtime")
+# The sources (runtime/NAME.cpp) of the libraries written in more than one file; the others
+# are runtime/fake_TAG.cpp alone.
+LIBRARY_PARTS = {
+    "cudart": ["fake_cudart", "cudart_state", "cudart_driver"],
+    "cudnn": ["fake_cudnn", "cudnn_backend"],
+}
 
 # The libraries the capture preloads, in the order they must be loaded.
 LIBRARIES = (
@@ -283,12 +289,15 @@ class _Builder:
         p.write_text(f"{node} {{\n  global:\n    {pattern};\n  local:\n    *;\n}};\n")
         return p
 
-    def stubs(self, tag: str, soname: str, real: Path, regex: str, obj: Path, ret: int) -> Path:
-        """Stubs returning `ret` for every name torch imports or the real library exports."""
+    def stubs(
+        self, tag: str, soname: str, real: Path, regex: str, objs: list[Path], ret: int
+    ) -> Path:
+        """Stubs returning `ret` for every name torch imports or the real library exports
+        and none of `objs` defines."""
         want = {
             n for n in self.torch_imports(soname) | self.real_exports(real) if re.search(regex, n)
         }
-        missing = sorted(want - self.defined(obj))
+        missing = sorted(want - set().union(*map(self.defined, objs)))
         body = [
             f"// generated: entry points of {soname} with no hand-written fake.",
             f'#define FK_LIB "{tag}"',
@@ -325,14 +334,17 @@ class _Builder:
     def build_all(self) -> None:
         o, s, t = self.out, RUNTIME_SRC, self.t
         # 1. libcudart.so.13, with the driver API c10 reaches via cudaGetDriverEntryPointByVersion.
-        self.compile(s / "fake_cudart.cpp", o / "fake_cudart.o")
+        cudart_objs = []
+        for part in LIBRARY_PARTS["cudart"]:
+            self.compile(s / f"{part}.cpp", o / f"{part}.o")
+            cudart_objs.append(o / f"{part}.o")
         want = {
             n
             for n in self.torch_imports("libcudart.so.13")
             | self.real_exports(t.cuda_lib / "libcudart.so.13")
             if re.match(r"(cuda|__cuda)", n)
         }
-        missing = sorted(want - self.defined(o / "fake_cudart.o"))
+        missing = sorted(want - set().union(*map(self.defined, cudart_objs)))
         stub_src = o / "cudart_stubs.c"
         stub_src.write_text(
             "int fakecuda_unimplemented(const char* name);\n"
@@ -343,7 +355,7 @@ class _Builder:
         self.compile(stub_src, o / "cudart_stubs.o", cxx=False)
         self.link(
             "libcudart.so.13",
-            [o / "fake_cudart.o", o / "cudart_stubs.o"],
+            [*cudart_objs, o / "cudart_stubs.o"],
             [f"-Wl,--version-script={s / 'libcudart.map'}", "-Wl,-z,defs"],
         )
         # 2. libnvidia-ml.so.1: c10 dlopens it, expandable segments need it.
@@ -423,13 +435,15 @@ class _Builder:
                 3000,
             ),  # NOT_SUPPORTED
         ):
-            obj = o / f"fake_{tag}.o"
-            self.compile(s / f"fake_{tag}.cpp", obj)
-            stub_obj = self.stubs(tag, soname, real, regex, obj, ret)
+            objs = []
+            for part in LIBRARY_PARTS.get(tag, [f"fake_{tag}"]):
+                self.compile(s / f"{part}.cpp", o / f"{part}.o")
+                objs.append(o / f"{part}.o")
+            stub_obj = self.stubs(tag, soname, real, regex, objs, ret)
             vs = self.version_script(soname, f"{tag}*")
             self.link(
                 soname,
-                [obj, stub_obj],
+                [*objs, stub_obj],
                 [f"-Wl,--version-script={vs}", "-Wl,-Bsymbolic", "-Wl,-z,defs"],
             )
         for f in o.glob("*.o"):

@@ -19,10 +19,12 @@
 //   * cublasLtMatmulAlgoCheck reports the same workspace size;
 //   * cublasLtMatmul / cublasLtMatrixTransform do nothing and return SUCCESS.
 //
-// Provenance: copied unchanged from the cachalot team's shared/fakegpu for
-// `cachalot capture`, which compiles it at first use (capture/build.py).
+// Provenance: copied from the cachalot team's shared/fakegpu for `cachalot
+// capture`, which compiles it at first use (capture/build.py). Changed here:
+// status names shared with cuBLAS (cublas_status.h).
 #define FK_LIB "cublasLt"
 #include "fk_common.h"
+#include "cublas_status.h"
 
 #include <cublasLt.h>
 
@@ -126,19 +128,7 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
 }
 const char* cublasLtGetStatusName(cublasStatus_t s) {
   FK_TRACE();
-  switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
-  }
-  return "CUBLAS_STATUS_UNKNOWN";
+  return cublas_status_name(s);
 }
 const char* cublasLtGetStatusString(cublasStatus_t s) {
   FK_TRACE();
