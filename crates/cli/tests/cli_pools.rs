@@ -3,17 +3,10 @@
 use cachalot_testkit::fixtures;
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn cachalot(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cachalot"))
-        .args(args)
-        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
-        .env_remove("PYTORCH_ALLOC_CONF")
-        .env_remove("CACHALOT_ALLOC_CONF")
-        .env_remove("PYTORCH_NO_CUDA_MEMORY_CACHING")
-        .output()
-        .unwrap()
+    cachalot_testkit::output(env!("CARGO_BIN_EXE_cachalot"), args)
 }
 
 /// `replay --json` of `trace` (also when it ran out of memory or stopped at a fatal error),
