@@ -294,3 +294,107 @@ impl<D: Device> State<D> {
         Ok(())
     }
 }
+
+impl<D: Device> State<D> {
+    /// The pool invariants: every block belongs to a live pool (the free-set recount in
+    /// `invariants.rs` then puts it in exactly that pool's sets); use counts are not negative,
+    /// a pool is freeable iff its count is 0, an open pool is live and referenced; each pool's
+    /// segment count and reserved bytes match a recount, and the default pools' and private
+    /// pools' reserved bytes add up to the total.
+    pub(crate) fn check_pools(&self, live: &[BlockId]) -> Result<(), String> {
+        // Statistics are `int64_t`: past 2^63 bytes they saturate, and are not recounted.
+        let bytes = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let saturated = self
+            .stats
+            .reserved_bytes
+            .0
+            .iter()
+            .any(|s| s.peak == i64::MAX || s.allocated == i64::MAX);
+        let n = self.private.pools.len();
+        let mut segments = vec![0i64; n + 1];
+        let mut expandable = vec![false; n + 1];
+        let mut reserved = vec![[0i64; 2]; n + 1];
+        for &id in live {
+            let b = &self.blocks[id];
+            let owner = b.pool.owner as usize;
+            if owner > n || (owner > 0 && self.private.pools[owner - 1].is_none()) {
+                return Err(format!(
+                    "block {:#x} belongs to pool {owner}, which is gone",
+                    b.ptr
+                ));
+            }
+            let k = usize::from(!b.pool.is_small());
+            let head = b.prev.is_none();
+            if b.is_expandable() {
+                expandable[owner] = true;
+                if b.mapped {
+                    reserved[owner][k] = reserved[owner][k].saturating_add(bytes(b.size));
+                }
+            } else if head {
+                segments[owner] += 1;
+                let mut cur = Some(id);
+                while let Some(c) = cur {
+                    reserved[owner][k] =
+                        reserved[owner][k].saturating_add(bytes(self.blocks[c].size));
+                    cur = self.blocks[c].next;
+                }
+            }
+        }
+        for (owner, p) in self.private.all() {
+            let want = reserved[owner as usize];
+            if !saturated && p.reserved != want {
+                return Err(format!(
+                    "pool {}: holds {:?} bytes, recount {want:?}",
+                    p.id, p.reserved
+                ));
+            }
+        }
+        for (owner, p) in self.private.live() {
+            if p.use_count < 0 {
+                return Err(format!("pool {}: use count {}", p.id, p.use_count));
+            }
+            if (p.use_count == 0) != self.private.is_freeable(p.id) {
+                return Err(format!(
+                    "pool {}: use count {} but freeable={}",
+                    p.id,
+                    p.use_count,
+                    self.private.is_freeable(p.id)
+                ));
+            }
+            if self.private.owner(p.id) != Some(owner) {
+                return Err(format!("pool {}: id map points elsewhere", p.id));
+            }
+            if !expandable[owner as usize] && p.cuda_malloc_count != segments[owner as usize] {
+                return Err(format!(
+                    "pool {}: counts {} segments, holds {}",
+                    p.id, p.cuda_malloc_count, segments[owner as usize]
+                ));
+            }
+        }
+        for id in self.private.open_ids() {
+            let Some(o) = self.private.owner(id) else {
+                return Err(format!("open pool {id} does not exist"));
+            };
+            if self.private.get(o).use_count < 1 {
+                return Err(format!("open pool {id} holds no reference"));
+            }
+        }
+        let private_total: i64 = self
+            .stats
+            .reserved_bytes_by_private_pools
+            .iter()
+            .map(|(_, a)| a.0[0].current)
+            .fold(0, i64::saturating_add);
+        let default_total = reserved[0][0].saturating_add(reserved[0][1]);
+        if !saturated
+            && default_total.saturating_add(private_total)
+                != self.stats.reserved_bytes.all().current
+        {
+            return Err(format!(
+                "reserved {} != default pools {default_total} + private pools {private_total}",
+                self.stats.reserved_bytes.all().current
+            ));
+        }
+        Ok(())
+    }
+}
