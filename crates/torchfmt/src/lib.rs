@@ -30,6 +30,7 @@ pub mod explain;
 pub mod json;
 pub mod model;
 pub mod pickle;
+mod schema;
 pub mod summary;
 pub mod unpickle;
 mod window;
