@@ -112,3 +112,25 @@ pub fn status_number(code: ExitCode) -> u8 {
 pub fn is_closed_stdout_panic(msg: &str) -> bool {
     msg.contains("failed printing to stdout") && msg.contains("Broken pipe")
 }
+
+/// The text of a panic payload (`panic!` with a literal or a formatted message), or "".
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or_default()
+}
+
+/// Installs a panic hook that calls `on_closed` instead of reporting a closed-stdout panic
+/// ([`is_closed_stdout_panic`]); every other panic still reaches the hook installed before.
+pub fn quiet_closed_stdout(on_closed: fn()) {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if is_closed_stdout_panic(panic_message(info.payload())) {
+            on_closed();
+        } else {
+            previous(info);
+        }
+    }));
+}

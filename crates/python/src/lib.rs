@@ -25,12 +25,8 @@ fn cli_main(py: Python<'_>, argv: Vec<String>) -> u8 {
         match code {
             Ok(code) => cachalot_cli::status_number(code),
             Err(p) => {
-                let msg = p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                if cachalot_cli::is_closed_stdout_panic(&msg) {
+                let msg = cachalot_cli::panic_message(&*p);
+                if cachalot_cli::is_closed_stdout_panic(msg) {
                     0
                 } else {
                     use std::io::Write;
@@ -47,20 +43,7 @@ fn cli_main(py: Python<'_>, argv: Vec<String>) -> u8 {
 /// quiet normal end, not a backtrace. Other panics still reach the previous hook.
 fn quiet_closed_stdout() {
     static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let msg = info
-                .payload()
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| info.payload().downcast_ref::<&str>().copied())
-                .unwrap_or_default();
-            if !cachalot_cli::is_closed_stdout_panic(msg) {
-                previous(info);
-            }
-        }));
-    });
+    HOOK.call_once(|| cachalot_cli::quiet_closed_stdout(|| {}));
 }
 
 /// The subcommands the Rust CLI serves (the Python front end adds its own).
