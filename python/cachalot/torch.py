@@ -30,6 +30,7 @@ from cachalot import _native
 
 __all__ = [
     "dump_snapshot",
+    "enable_graph_pools",
     "is_used",
     "max_memory_allocated",
     "max_memory_reserved",
@@ -47,6 +48,7 @@ __all__ = [
 
 _lock = threading.Lock()
 _used: dict[str, Any] = {}
+_allocator: list[Any] = []  # the CUDAPluggableAllocator use() made
 _DEVICES = ("cuda", "sim")
 
 
@@ -114,10 +116,35 @@ def use(conf: str | None = None, device: str = "cuda") -> None:
         ]:
             getattr(hooks, setter)(ctypes.cast(getattr(_lib, fn), ctypes.c_void_p).value)
         _torch.cuda.memory.change_current_allocator(alloc)
+        _allocator.append(alloc)
         # Starts the library now, so that a bad environment is reported here, once.
         if _lib.cachalot_backend() is None:
             raise RuntimeError(f"cachalot could not start: {_error()}")
         _used.update(conf=conf, device=device)
+
+
+def enable_graph_pools(allocator: Any = None, library: str | None = None) -> None:
+    """Routes torch's private-pool calls to cachalot's pools: CUDA-graph capture
+    (`torch.cuda.graph`, `CUDAGraph.capture_begin(pool=...)`), `torch.cuda.graph_pool_handle`
+    pools and torch.compile's cudagraph trees. Without it a pluggable allocator ignores them
+    and a capture's allocations land in the ordinary pools.
+
+    allocator: the torch.cuda.memory.CUDAPluggableAllocator that loads cachalot (None: the one
+    use() made). library: the cachalot C library it loads (None: this package's native
+    module; a libcachalot_capi.so path otherwise). Compiles a small C++ file against torch's
+    headers the first time (a C++ compiler is needed; cachalot.graph_pools.GraphPoolsError
+    says what is missing)."""
+    from cachalot import graph_pools
+
+    if allocator is None:
+        if not _allocator:
+            raise RuntimeError(
+                "enable_graph_pools(): call cachalot.torch.use() first, or pass the "
+                "CUDAPluggableAllocator that loads cachalot"
+            )
+        allocator = _allocator[0]
+    hooks = allocator.allocator() if hasattr(allocator, "allocator") else allocator
+    graph_pools.enable(hooks, library or _native.__file__)
 
 
 def is_used() -> bool:

@@ -61,7 +61,7 @@ def fakegpu_missing() -> str | None:
     return None
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def torch_on_fakegpu():
     """A function running `args` (a script and its arguments) with real PyTorch on the fake
     GPU; returns the CompletedProcess. Skips where that is not set up."""

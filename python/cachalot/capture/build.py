@@ -162,28 +162,46 @@ def _check_layout(t: TorchLayout) -> Path:
             raise BuildError(
                 f"missing {f}: the NVIDIA wheels torch {t.version} depends on are not complete"
             )
-    # cuda_runtime_api.h includes crt/host_defines.h, which the runtime wheel
-    # leaves out; the triton and nvcc wheels carry it.
+    crt = crt_include(t.site_packages)
+    if crt is None:
+        raise BuildError(CRT_MISSING)
+    return crt
+
+
+# cuda_runtime_api.h includes crt/host_defines.h, which the runtime wheel leaves out; the
+# triton and nvcc wheels carry it.
+CRT_MISSING = (
+    "cuda_runtime_api.h needs crt/host_defines.h, found in neither the triton wheel nor "
+    "nvidia-cuda-nvcc nor /usr/local/cuda; install triton (torch's own dependency) or nvidia-cuda-crt"
+)
+
+
+def crt_include(site_packages: Path) -> Path | None:
+    """The include folder holding crt/host_defines.h for torch's CUDA headers, if any."""
     for cand in (
-        t.cuda_include,
-        t.site_packages / "triton" / "backends" / "nvidia" / "include",
-        t.site_packages / "nvidia" / "cuda_nvcc" / "include",
-        t.site_packages / "nvidia" / "cu13" / "crt" / "include",
+        site_packages / "nvidia" / "cu13" / "include",
+        site_packages / "triton" / "backends" / "nvidia" / "include",
+        site_packages / "nvidia" / "cuda_nvcc" / "include",
+        site_packages / "nvidia" / "cu13" / "crt" / "include",
         Path("/usr/local/cuda/include"),
     ):
         if (cand / "crt" / "host_defines.h").exists():
             return cand
-    raise BuildError(
-        "cuda_runtime_api.h needs crt/host_defines.h, found in neither the triton wheel nor "
-        "nvidia-cuda-nvcc nor /usr/local/cuda; install triton (torch's own dependency) or nvidia-cuda-crt"
+    return None
+
+
+def cache_base() -> Path:
+    """cachalot's build cache: $CACHALOT_CACHE, else $XDG_CACHE_HOME/cachalot (~/.cache)."""
+    return Path(
+        os.environ.get("CACHALOT_CACHE")
+        or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cachalot"
+        )
     )
 
 
 def cache_root() -> Path:
-    base = os.environ.get("CACHALOT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cachalot"
-    )
-    return Path(base) / "capture-runtime"
+    return cache_base() / "capture-runtime"
 
 
 def build_key(t: TorchLayout) -> str:
