@@ -8,9 +8,10 @@
 //! MempoolId_t)>` for the others (`torch/csrc/cuda/CUDAPluggableAllocator.h`), and
 //! `MempoolId_t` is `std::pair<uint64_t, uint64_t>`. A C function cannot take a
 //! `std::function`, so these take the pool id as its two members and the stream filter as a
-//! C function with a context pointer; a few lines of C++ wrap them for torch (the header
-//! shows how). Every function returns 0 on success and -1 on failure, with torch's message in
-//! `cachalot_last_error`; misuse leaves the allocator as it was.
+//! C function with a context pointer; `python/cachalot/graph_pools.cpp` wraps them for torch
+//! (`cachalot.torch.enable_graph_pools()`). Every function returns 0 on success and -1 on
+//! failure, with torch's message in `cachalot_last_error`; misuse leaves the allocator as it
+//! was.
 
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
