@@ -1,7 +1,6 @@
 //! `cachalot tune` and `cachalot compare` as a user runs them: output, JSON, HTML, and clear
 //! errors for bad input.
 
-use std::path::PathBuf;
 use std::process::Output;
 
 use serde_json::Value;
@@ -25,12 +24,6 @@ fn fixture(name: &str) -> String {
         .to_string()
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cachalot-cli-advisor-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
-
 #[test]
 fn tune_on_the_bundled_trace_prints_a_line_to_paste() {
     // The bundled GPT-2 training trace on a 16.8 GiB device (its golden "tight" capacity):
@@ -52,7 +45,8 @@ fn tune_on_the_bundled_trace_prints_a_line_to_paste() {
 
 #[test]
 fn tune_json_and_html() {
-    let page = tmp("tune.html");
+    let scratch = cachalot_testkit::scratch();
+    let page = scratch.path().join("tune.html");
     let o = cachalot(&[
         "tune",
         &fixture("resnet50-train.csv.gz"),
@@ -151,6 +145,7 @@ fn compare_rows_default_first() {
 
 #[test]
 fn cost_overrides_change_the_estimate() {
+    let scratch = cachalot_testkit::scratch();
     let run = |extra: &[&str]| {
         let mut args = vec!["compare", "--no-min-capacity", "--json", "-q"];
         args.extend_from_slice(extra);
@@ -165,7 +160,7 @@ fn cost_overrides_change_the_estimate() {
     let more = run(&["--cost", "cuda_malloc_us=150"]);
     // The default configuration makes 197 cudaMallocs on the bundled trace.
     assert!((more - base - 197.0 * 100.0).abs() < 1e-6, "{base} {more}");
-    let file = tmp("cost.json");
+    let file = scratch.path().join("cost.json");
     std::fs::write(&file, r#"{"cuda_malloc_us": 150}"#).unwrap();
     assert_eq!(run(&["--cost-model", file.to_str().unwrap()]), more);
 }
@@ -181,6 +176,7 @@ fn fails_with(args: &[&str], needles: &[&str]) {
 
 #[test]
 fn bad_input_gets_a_clear_error() {
+    let scratch = cachalot_testkit::scratch();
     fails_with(
         &["compare", "--conf", "no_such_key:1"],
         &["'no_such_key:1'", "unknown key 'no_such_key'"],
@@ -201,7 +197,7 @@ fn bad_input_gets_a_clear_error() {
         &["tune", "/no/such/trace.csv", "--capacity", "24G"],
         &["/no/such/trace.csv"],
     );
-    let empty = tmp("empty.csv");
+    let empty = scratch.path().join("empty.csv");
     std::fs::write(&empty, "Thread,Time,Action,Pointer,Size,Stream\n").unwrap();
     fails_with(
         &["tune", empty.to_str().unwrap(), "--capacity", "24G"],
@@ -211,7 +207,7 @@ fn bad_input_gets_a_clear_error() {
         &["compare", empty.to_str().unwrap()],
         &["no allocation events"],
     );
-    let blank = tmp("blank.csv");
+    let blank = scratch.path().join("blank.csv");
     std::fs::write(&blank, "").unwrap();
     let o = cachalot(&["tune", blank.to_str().unwrap(), "--capacity", "24G"]);
     assert!(!o.status.success());

@@ -71,7 +71,8 @@ fn the_environment_is_read_as_torch_reads_it() {
     );
     assert!(marked(&out, "expandable_oversize_exempt"), "{out}");
 
-    let trace = std::env::temp_dir().join(format!("cachalot-nocache-{}.csv", std::process::id()));
+    let scratch = cachalot_testkit::scratch();
+    let trace = scratch.path().join("nocache.csv");
     std::fs::write(&trace, "Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x1,1000,0\n1,1,deallocate,0x1,0,0\n1,2,allocate,0x2,1000,0\n").unwrap();
     let device_allocs = |vars: &[(&str, &str)]| {
         let (out, err) = run(&["replay", trace.to_str().unwrap(), "--json"], vars);

@@ -64,8 +64,8 @@ fn replay_json(trace: &Path, conf: &str) -> Value {
 /// `record_stream` of no live allocation is dropped, as an unmatched free is).
 #[test]
 fn convert_keeps_pool_rows() {
-    let dir = std::env::temp_dir().join(format!("cachalot-cli-pools-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = cachalot_testkit::scratch();
+    let dir = scratch.path();
     for name in [
         "example_mempool",
         "example_graph_capture",
@@ -107,5 +107,4 @@ fn convert_keeps_pool_rows() {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

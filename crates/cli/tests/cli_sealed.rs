@@ -8,8 +8,8 @@ fn cachalot(args: &[&std::ffi::OsStr]) -> std::process::Output {
 
 #[test]
 fn a_truncated_conversion_is_an_error_not_a_shorter_trace() {
-    let dir = std::env::temp_dir().join(format!("cachalot-sealed-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = cachalot_testkit::scratch();
+    let dir = scratch.path();
     let input = cachalot_testkit::fixture("traces/bert-finetune-varlen.csv.gz");
     let whole = dir.join("whole.csv");
     let out = cachalot(&["convert".as_ref(), input.as_os_str(), whole.as_os_str()]);
@@ -31,5 +31,4 @@ fn a_truncated_conversion_is_an_error_not_a_shorter_trace() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("the trace is truncated"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

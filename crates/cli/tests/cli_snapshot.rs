@@ -2,7 +2,7 @@
 //! `convert` and `explain`, on the fixtures, with real values checked.
 
 use cachalot_testkit::{fixtures, gunzip};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
 fn cachalot(args: &[&str]) -> Output {
@@ -29,12 +29,6 @@ fn ok(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cachalot-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
 }
 
 fn path(p: &Path) -> &str {
@@ -71,8 +65,9 @@ fn replay_json_has_memory_stats() {
 
 #[test]
 fn replay_snapshot_writes_a_pickle_that_reads_back_as_torchs() {
+    let scratch = cachalot_testkit::scratch();
     let trace = fixtures().join("traces/resnet50-train.csv.gz");
-    let out = tmp("r50.pickle");
+    let out = scratch.path().join("r50.pickle");
     ok(&["replay", path(&trace), "--snapshot", path(&out)]);
     let ours = cachalot_torchfmt::read_snapshot(&std::fs::read(&out).unwrap()).unwrap();
     let theirs = cachalot_torchfmt::read_snapshot(&gunzip(
@@ -82,7 +77,7 @@ fn replay_snapshot_writes_a_pickle_that_reads_back_as_torchs() {
     assert_eq!(ours.segments, theirs.segments);
     assert_eq!(ours.device_traces[0].entries.len(), 15680);
     // A ring of 100 entries keeps the last 100.
-    let short = tmp("r50-100.pickle");
+    let short = scratch.path().join("r50-100.pickle");
     ok(&[
         "replay",
         path(&trace),
@@ -143,6 +138,7 @@ fn replay_picks_a_device_of_a_multi_device_snapshot() {
 
 #[test]
 fn convert_writes_the_reference_csv() {
+    let scratch = cachalot_testkit::scratch();
     for (input, reference, device) in [
         (
             "snapshots/select_n_multistream.json.gz",
@@ -155,7 +151,7 @@ fn convert_writes_the_reference_csv() {
             Some("2"),
         ),
     ] {
-        let out = tmp("converted.csv");
+        let out = scratch.path().join("converted.csv");
         let mut args = vec![
             "convert".to_string(),
             path(&fixtures().join(input)).to_string(),
@@ -171,7 +167,7 @@ fn convert_writes_the_reference_csv() {
         assert!(std::fs::read(&out).unwrap() == want, "{input}");
     }
     // A pickle converts too, and the conversion replays like the original trace.
-    let out = tmp("from-pickle.csv");
+    let out = scratch.path().join("from-pickle.csv");
     ok(&[
         "convert",
         path(&fixtures().join("pickle/resnet50-train.default.pickle.gz")),
@@ -190,9 +186,10 @@ fn convert_writes_the_reference_csv() {
 
 #[test]
 fn convert_to_a_gz_name_writes_gzip() {
+    let scratch = cachalot_testkit::scratch();
     // Issue #9 item 7: `convert … x.csv.gz` wrote plain text under a gzip name.
     let input = fixtures().join("snapshots/cs336_magma.json.gz");
-    let dir = tmp("convert-gz");
+    let dir = scratch.path().join("convert-gz");
     std::fs::create_dir_all(&dir).unwrap();
     let (plain, gz) = (dir.join("magma.csv"), dir.join("magma.csv.gz"));
     ok(&["convert", path(&input), path(&plain)]);
@@ -242,8 +239,9 @@ fn explain_reads_torchs_oom_snapshot() {
 
 #[test]
 fn explain_of_a_snapshot_at_the_oom_matches_the_replay() {
+    let scratch = cachalot_testkit::scratch();
     let trace = fixtures().join("traces/resnet50-train.csv.gz");
-    let snap = tmp("at-oom.pickle");
+    let snap = scratch.path().join("at-oom.pickle");
     let replayed = out_of_memory(&[
         "replay",
         path(&trace),
@@ -280,7 +278,8 @@ fn explain_of_a_snapshot_at_the_oom_matches_the_replay() {
 
 #[test]
 fn bad_inputs_get_errors_that_quote_them() {
-    let bad = tmp("bad.json");
+    let scratch = cachalot_testkit::scratch();
+    let bad = scratch.path().join("bad.json");
     std::fs::write(&bad, br#"{"segments": [{"device": 0}]}"#).unwrap();
     let out = cachalot(&["replay", path(&bad)]);
     assert_eq!(out.status.code(), Some(2));
@@ -290,7 +289,7 @@ fn bad_inputs_get_errors_that_quote_them() {
         msg.contains("snapshot field segments[0]: missing key 'address'"),
         "{msg}"
     );
-    let trunc = tmp("trunc.pickle");
+    let trunc = scratch.path().join("trunc.pickle");
     let full = gunzip(&fixtures().join("pickle/resnet50-train.default.pickle.gz"));
     std::fs::write(&trunc, &full[..1000]).unwrap();
     let msg = String::from_utf8_lossy(&cachalot(&["explain", path(&trunc)]).stderr).to_string();

@@ -231,8 +231,8 @@ fn gpus_and_headroom_set_the_capacity() {
 
 #[test]
 fn replay_refuses_a_trace_without_allocations() {
-    let dir = std::env::temp_dir().join(format!("cachalot-empty-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = cachalot_testkit::scratch();
+    let dir = scratch.path();
     let p = dir.join("frees.csv");
     std::fs::write(
         &p,
@@ -247,8 +247,8 @@ fn replay_refuses_a_trace_without_allocations() {
 
 #[test]
 fn html_reports_say_when_nothing_fits_and_list_minimum_capacities() {
-    let dir = std::env::temp_dir().join(format!("cachalot-html-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = cachalot_testkit::scratch();
+    let dir = scratch.path();
     let page = dir.join("oom.html");
     let o = cachalot(&[
         "tune",

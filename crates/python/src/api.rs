@@ -120,20 +120,15 @@ pub fn replay(
     })
 }
 
-/// Reads an HTML page the CLI's writer put in a temporary file.
+/// Reads an HTML page the CLI's writer put in a temporary folder of its own (removed with
+/// it, whatever the writer did).
 fn html_via(write: impl FnOnce(&Path) -> Result<()>) -> Result<String> {
-    let dir = std::env::temp_dir().join(format!("cachalot-html-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!(
-        "{:?}.html",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos()
-    ));
-    let result = write(&path).and_then(|()| Ok(std::fs::read_to_string(&path)?));
-    let _ = std::fs::remove_file(&path);
-    result
+    let dir = tempfile::Builder::new()
+        .prefix("cachalot-html-")
+        .tempdir()?;
+    let path = dir.path().join("report.html");
+    write(&path)?;
+    Ok(std::fs::read_to_string(&path)?)
 }
 
 /// The options `tune` and `compare` share, as the CLI's own argument struct (so that loading,

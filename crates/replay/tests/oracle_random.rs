@@ -216,8 +216,8 @@ fn random_configs_traces_and_capacities_match_the_oracle() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_150);
     let keep = std::env::var_os("CACHALOT_ORACLE_OUT").map(std::path::PathBuf::from);
-    let dir = std::env::temp_dir().join(format!("cachalot-oracle-random-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = cachalot_testkit::scratch();
+    let dir = scratch.path();
     let (mut runs, mut identical) = (0u64, 0u64);
     // How the oracle ended the runs: replayed (0), configuration rejected (2), fatal (3).
     let mut by_status = std::collections::BTreeMap::<i32, u64>::new();
@@ -267,7 +267,6 @@ fn random_configs_traces_and_capacities_match_the_oracle() {
             ));
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     let status = |k| by_status.get(&k).copied().unwrap_or(0);
     eprintln!(
         "oracle_random: {runs} runs, {identical} identical, {} differ (seed {seed}, {cases} cases; \
@@ -491,8 +490,8 @@ fn compare_random_pool_traces(name: &str, confs: &[&str], seeds_per_case: u64) {
         }
     };
     let seed_base = env_u64("CACHALOT_POOL_SEED").unwrap_or(100);
-    let dir = std::env::temp_dir().join(format!("cachalot-oracle-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = cachalot_testkit::scratch();
+    let dir = scratch.path();
     let mut failures = Vec::new();
     let mut crashed = Vec::new();
     let mut runs = 0;
@@ -532,16 +531,15 @@ fn compare_random_pool_traces(name: &str, confs: &[&str], seeds_per_case: u64) {
             ));
         }
     }
-    if failures.is_empty() {
-        let _ = std::fs::remove_dir_all(&dir);
+    if !failures.is_empty() {
+        let kept = scratch.keep();
+        panic!(
+            "{name}: {} of {runs} random pool traces differ (kept in {}):\n{}",
+            failures.len(),
+            kept.display(),
+            failures.join("\n")
+        );
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {runs} random pool traces differ (kept in {}):\n{}",
-        failures.len(),
-        dir.display(),
-        failures.join("\n")
-    );
     // torch deletes a forgotten pool while blocks of it are alive; a free of one before
     // another pool takes the storage writes into freed memory, and the oracle may die of it
     // or trip one of torch's consistency checks of its free sets. Those traces cannot be

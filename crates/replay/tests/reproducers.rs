@@ -81,9 +81,10 @@ fn recorded_answers_are_the_live_oracles() {
             return;
         }
     };
-    let scratch = std::env::temp_dir().join(format!("cachalot-repro-{}", std::process::id()));
+    let scratch = cachalot_testkit::scratch();
+    let scratch = scratch.path();
     for (name, case) in cases() {
-        let live = run_oracle(&oracle, &dir().join(format!("{name}.csv")), &case, &scratch);
+        let live = run_oracle(&oracle, &dir().join(format!("{name}.csv")), &case, scratch);
         let diffs = differences(&recorded(&name), &live);
         assert!(
             diffs.is_empty(),

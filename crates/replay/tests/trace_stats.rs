@@ -270,8 +270,8 @@ fn edge_cases_match_the_oracle() {
         Ok(o) => o,
         Err(why) => return skip(why),
     };
-    let dir = std::env::temp_dir().join(format!("cachalot-trace-stats-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = cachalot_testkit::scratch();
+    let dir = scratch.path();
     let mut failures = Vec::new();
     for (name, data) in CORPUS {
         let path = dir.join(format!("{name}.csv"));
@@ -282,7 +282,6 @@ fn edge_cases_match_the_oracle() {
             failures.push(format!("{name}: oracle {want:?}, mine {got:?}"));
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

@@ -1,6 +1,6 @@
 //! What the workspace's tests share, so that each rule is written once: where the fixtures
 //! are, where `shared/` and the oracle are (one variable each), how a skipped test says why,
-//! how a test compiles C with gcc, runs a command without the developer's allocator settings,
+//! where a test writes its scratch files, how a test compiles C with gcc, runs a command without the developer's allocator settings,
 //! reads a gzip fixture, and compares JSON with the oracle's. A dev-dependency only; nothing
 //! ships with it.
 
@@ -16,6 +16,15 @@ use serde_json::Value;
 pub const ORACLE_VAR: &str = "CACHALOT_ORACLE";
 /// The variable that points the tests at the `shared/` folder (default: beside the checkout).
 pub const SHARED_VAR: &str = "CACHALOT_SHARED";
+
+/// A fresh scratch folder for one test, removed with everything in it when the value is
+/// dropped (also when the test fails), so that test runs leave nothing in the temp dir.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("cachalot-test-")
+        .tempdir()
+        .expect("cannot create a scratch folder in the temp dir")
+}
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {

@@ -137,8 +137,8 @@ fn written_pickles_use_only_memoryviz_opcodes() {
 fn pythons_pickle_reads_ours_as_torchs_when_python_is_here() {
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/check_snapshot_pickle.py");
-    let dir = std::env::temp_dir().join(format!("cachalot-pickle-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = cachalot_testkit::scratch();
+    let dir = scratch.path();
     for &(reference, trace, conf, capacity) in REFERENCES {
         let path = dir.join(format!("{reference}.pickle"));
         std::fs::write(&path, ours(trace, conf, capacity)).unwrap();
@@ -162,7 +162,6 @@ fn pythons_pickle_reads_ours_as_torchs_when_python_is_here() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! RMM CSV reader: format rules, line numbers, errors, gzip.
 
 use std::io::{BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use cachalot_trace::{
     Columns, Event, IdName, PtrId, Record, RmmReader, StreamKey, TraceError, open,
@@ -64,14 +64,6 @@ fn free(ptr: u64) -> Record {
     Record::Free {
         ptr: PtrId::from_raw(ptr),
     }
-}
-
-/// A fresh temporary directory for one test.
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cachalot-trace-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 fn gzip(data: &[u8]) -> Vec<u8> {
@@ -612,7 +604,8 @@ fn read_event_api() {
 
 #[test]
 fn gzip_and_plain_give_identical_events() {
-    let dir = temp_dir("gz");
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
     let text = format!(
         "{HEADER}1,0,allocate,0x1,5242880,0\n\n1,1,allocate,tok,1000,0x7\n1,2,free,0x1,0,0\n1,3,foo,1,2,3\n"
     );
@@ -646,12 +639,12 @@ fn gzip_and_plain_give_identical_events() {
         std::fs::write(&p, data).unwrap();
         assert_eq!(read_file(&p).unwrap(), vec![], "{name}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn gzip_errors() {
-    let dir = temp_dir("gzerr");
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
     let text = format!(
         "{HEADER}{}",
         "1,0,allocate,0x1,5242880,0\n1,2,free,0x1,0,0\n".repeat(5000)
@@ -696,7 +689,6 @@ fn gzip_errors() {
         read_file(&magic),
         Err(TraceError::Read { line: 0, .. })
     ));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -712,9 +704,9 @@ fn open_errors() {
     assert_eq!(e.line(), None);
     assert!(open_decompressed(missing).is_err());
     // A directory opens on Linux but fails at the first read.
-    let dir = temp_dir("isdir");
-    assert!(open(&dir).is_err());
-    let _ = std::fs::remove_dir_all(&dir);
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    assert!(open(dir).is_err());
 }
 
 #[test]
