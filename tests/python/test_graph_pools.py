@@ -5,10 +5,16 @@ CUDAGraph.capture_begin and torch.cuda.graph, which the fake GPU refuses at
 cudaStreamBeginCapture, after torch has begun routing to the graph's pool)."""
 
 import json
+import os
+import re
+import shutil
+import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from conftest import FAKEGPU, FAKEGPU_BUILD, TORCH_PYTHON, package_env
 
 HERE = Path(__file__).parent
 CAPACITY = {"CACHALOT_SIM_CAPACITY": "80G", "FAKE_CUDA_CAPACITY": "80G"}
@@ -171,3 +177,63 @@ def test_clear_errors_without_a_compiler_or_a_pluggable_allocator(torch_on_fakeg
     assert "needs a C++20 compiler: 'no-such-compiler' was not found on PATH" in p.stdout
     assert "NOT_PLUGGABLE object has no set_begin_allocate_to_pool" in p.stdout
     assert not list(tmp_path.rglob("*.so"))
+
+
+@pytest.fixture(scope="module")
+def captured(torch_on_fakegpu, tmp_path_factory):
+    """graph_capture_workload.py under both allocators, with stream capture emulated by
+    capture_emulation.c preloaded ahead of the fake GPU's runtime."""
+    cc = shutil.which(os.environ.get("CC", "gcc"))
+    if cc is None:
+        pytest.skip("no C compiler (gcc; set CC) to build capture_emulation.c")
+    tmp = tmp_path_factory.mktemp("graph_capture")
+    emulation = tmp / "libcapture_emulation.so"
+    src = HERE / "capture_emulation.c"
+    subprocess.run([cc, "-O2", "-fPIC", "-shared", "-o", emulation, src, "-lpthread"], check=True)
+    # The fake GPU's libraries, in run.sh's order; the emulation comes first so that its
+    # capture functions are the ones torch binds.
+    run_sh = (FAKEGPU / "run.sh").read_text()
+    libs = re.search(r"^LIBS=\((.*)\)$", run_sh, re.MULTILINE).group(1).split()
+    preload = ":".join([str(emulation), *(str(FAKEGPU_BUILD / lib) for lib in libs)])
+    out = {}
+    for allocator in ("cachalot", "torch"):
+        path = tmp / f"{allocator}.json"
+        env = package_env({**CAPACITY, "LD_PRELOAD": preload, "CUDA_VISIBLE_DEVICES": "0"})
+        script = HERE / "graph_capture_workload.py"
+        p = subprocess.run(
+            [str(TORCH_PYTHON), str(script), "--allocator", allocator, str(path)],
+            env=env,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert p.returncode == 0, f"{allocator}: exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+        out[allocator] = json.loads(path.read_text())
+    return out["cachalot"], out["torch"]
+
+
+def test_real_capture_gives_torchs_statistics_and_segments(captured):
+    ours, torchs = captured
+    assert ours["pool"] == torchs["pool"] == [1, 0]
+    assert [s["step"] for s in ours["steps"]] == [s["step"] for s in torchs["steps"]]
+    for a, b in zip(ours["steps"], torchs["steps"]):
+        keys = {k for k in b["stats"] if not k.startswith(PER_POOL)}
+        assert set(a["stats"]) == keys and len(keys) == 123, a["step"]
+        diff = {k: (a["stats"][k], b["stats"][k]) for k in keys if a["stats"][k] != b["stats"][k]}
+        assert not diff, (a["step"], diff)
+        assert without_pool_ids(a["segments"]) == without_pool_ids(b["segments"]), a["step"]
+    # torch's allocator put the capture's allocations in a segment of the graph's pool, apart
+    # from the static input's segment (which had room for them): cachalot did the same.
+    by_step = {s["step"]: s for s in torchs["steps"]}
+    assert [s[0] for s in by_step["captured"]["segments"]] == [[0, 0], [1, 0]]
+    assert [s[0] for s in by_step["empty_cache: the pool's segments go"]["segments"]] == [[0, 0]]
+
+
+def test_real_capture_pool_calls_reach_cachalot(captured):
+    ours, _ = captured
+    counts = [s["graph_pool_use_count"] for s in ours["steps"]]
+    # Before capture: no pool. Capture: begin (+1), end at capture_end. The second graph
+    # begins it again (+1). Each graph's deletion releases it (-1); at 0, empty_cache frees
+    # its segments and forgets it.
+    assert counts == [-1, 1, 1, 2, 2, 1, 0, -1]
