@@ -87,6 +87,17 @@ struct Class {
     chunks: Vec<Vec<Entry>>,
 }
 
+/// Removes and returns entry `i` of a sorted vector. The last entry is popped: `Vec::remove`
+/// calls `memmove` even when nothing follows it, and most classes hold one entry.
+#[inline]
+fn take(v: &mut Vec<Entry>, i: usize) -> Entry {
+    if i + 1 == v.len() {
+        v.pop().expect("an entry at i")
+    } else {
+        v.remove(i)
+    }
+}
+
 /// Inserts `e` into a class of several chunks, in order.
 #[cold]
 #[inline(never)]
@@ -305,7 +316,7 @@ impl StreamSet {
     #[inline]
     fn remove_at(&mut self, c: usize, ci: usize, i: usize) -> Entry {
         if c == FLAT {
-            return self.flat.remove(i);
+            return take(&mut self.flat, i);
         }
         let e = self.remove_classed(c, ci, i);
         if self.classed <= FLAT_MIN {
@@ -335,7 +346,7 @@ impl StreamSet {
     #[inline]
     fn remove_classed(&mut self, c: usize, ci: usize, i: usize) -> Entry {
         let chunks = &mut self.classes[c].chunks;
-        let e = chunks[ci].remove(i);
+        let e = take(&mut chunks[ci], i);
         let n = chunks[ci].len();
         if n < CHUNK_LOW {
             if chunks.len() > 1 {
