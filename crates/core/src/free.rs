@@ -32,8 +32,8 @@ impl<D: Device> State<D> {
         if has_uses && self.active_mirrors_allocation {
             self.unmirror_active();
         }
-        self.stats.allocation.decrease(small, 1);
-        self.stats.allocated_bytes.decrease(small, size);
+        self.hot.allocation.decrease(small, 1);
+        self.hot.allocated_bytes.decrease(small, size);
         self.record(TraceAction::FreeRequested, ptr, requested, stream);
         if size >= self.conf.max_split_size {
             self.stats.oversize_allocations.decrease(1);
@@ -119,25 +119,24 @@ impl<D: Device> State<D> {
             (b.ptr, b.requested_size, b.stream, b.size, b.pool.is_small())
         };
         self.record(TraceAction::FreeCompleted, ptr, requested, stream);
-        let mut net_blocks: i64 = 0;
-        let mut net_bytes: i64 = 0;
+        let mut net_blocks: i128 = 0;
+        let mut net_bytes: i128 = 0;
         for candidate in [self.blocks[id].prev, self.blocks[id].next] {
             let subsumed = self.try_merge_blocks(id, candidate);
             if subsumed > 0 {
-                net_blocks -= 1;
-                // Blocks of 2^63 bytes and more (devices that big): saturate, as the
-                // statistics do, rather than overflow.
-                net_bytes = net_bytes.saturating_sub_unsigned(subsumed);
+                // Two merges of blocks below 2^64 bytes each: far from the i128 range.
+                net_blocks = net_blocks.wrapping_sub(1);
+                net_bytes = net_bytes.wrapping_sub(i128::from(subsumed));
             }
         }
         self.insert_free(id);
         let b = &self.blocks[id];
         if b.is_split() {
-            net_blocks += 1;
-            net_bytes = net_bytes.saturating_add_unsigned(b.size);
+            net_blocks = net_blocks.wrapping_add(1);
+            net_bytes = net_bytes.wrapping_add(i128::from(b.size));
         }
         let expandable = b.is_expandable();
-        let s = &mut self.stats;
+        let s = &mut self.hot;
         if !expandable {
             if net_blocks != 0 {
                 s.inactive_split.apply(small, net_blocks);

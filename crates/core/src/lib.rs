@@ -46,6 +46,7 @@ mod ska_order;
 pub mod snapshot;
 mod state;
 pub mod stats;
+mod tally;
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -92,7 +93,7 @@ impl<D: Device> CachingAllocator<D> {
         let r = f(&mut s);
         #[cfg(feature = "check-invariants")]
         if let Err(e) = {
-            s.sync_active();
+            s.sync_stats();
             s.check_invariants()
         } {
             panic!("allocator invariant broken: {e}");
@@ -131,25 +132,25 @@ impl<D: Device> CachingAllocator<D> {
     /// A copy of the statistics (`torch.cuda.memory_stats()`).
     pub fn stats(&self) -> DeviceStats {
         let mut s = self.lock();
-        s.sync_active();
+        s.sync_stats();
         s.stats.clone()
     }
 
     /// Reads one number from the statistics without copying them all.
     pub fn with_stats<T>(&self, f: impl FnOnce(&DeviceStats) -> T) -> T {
         let mut s = self.lock();
-        s.sync_active();
+        s.sync_stats();
         f(&s.stats)
     }
 
     /// `torch.cuda.reset_peak_memory_stats()`.
     pub fn reset_peak_stats(&self) {
-        self.lock().stats.reset_peak();
+        self.lock().reset_peak_stats();
     }
 
     /// `torch.cuda.reset_accumulated_memory_stats()`.
     pub fn reset_accumulated_stats(&self) {
-        self.lock().stats.reset_accumulated();
+        self.lock().reset_accumulated_stats();
     }
 
     /// `torch.cuda.set_per_process_memory_fraction()`: limits reserved memory to
@@ -223,7 +224,7 @@ impl<D: Device> CachingAllocator<D> {
     /// operation; tests call it directly.
     pub fn check_invariants(&self) -> Result<(), InvariantError> {
         let mut s = self.lock();
-        s.sync_active();
+        s.sync_stats();
         s.check_invariants()
             .map_err(|message| InvariantError { message })
     }

@@ -230,19 +230,19 @@ impl<D: Device> State<D> {
             self.insert_free(id);
             if !expandable {
                 if already_split {
-                    self.stats.inactive_split_bytes.decrease(small, p.size);
+                    self.hot.inactive_split_bytes.decrease(small, p.size);
                 } else {
                     let rem = self.blocks[id].size;
-                    self.stats.inactive_split_bytes.increase(small, rem);
-                    self.stats.inactive_split.increase(small, 1);
+                    self.hot.inactive_split_bytes.increase(small, rem);
+                    self.hot.inactive_split.increase(small, 1);
                 }
             }
             user
         } else {
             if already_split && !expandable {
                 let s = self.blocks[id].size;
-                self.stats.inactive_split_bytes.decrease(small, s);
-                self.stats.inactive_split.decrease(small, 1);
+                self.hot.inactive_split_bytes.decrease(small, s);
+                self.hot.inactive_split.decrease(small, 1);
             }
             id
         };
@@ -254,16 +254,16 @@ impl<D: Device> State<D> {
         };
         self.record(TraceAction::Alloc, ptr, orig_size, stream);
         self.allocated.insert(ptr, user);
-        let s = &mut self.stats;
-        s.allocation.increase(small, 1);
-        s.allocated_bytes.increase(small, bsize);
+        let h = &mut self.hot;
+        h.allocation.increase(small, 1);
+        h.allocated_bytes.increase(small, bsize);
         if !self.active_mirrors_allocation {
-            s.active.increase(small, 1);
-            s.active_bytes.increase(small, bsize);
+            h.active.increase(small, 1);
+            h.active_bytes.increase(small, bsize);
         }
-        s.requested_bytes.increase(small, orig_size);
+        h.requested_bytes.increase(small, orig_size);
         if bsize >= self.conf.max_split_size {
-            s.oversize_allocations.increase(1);
+            self.stats.oversize_allocations.increase(1);
         }
         ptr
     }
@@ -290,7 +290,7 @@ impl<D: Device> State<D> {
             alloc_size: p.alloc_size,
             device_total: info.total,
             device_free: info.free,
-            allocated: self.stats.allocated_bytes.all().current as u64,
+            allocated: self.hot.allocated_bytes.to_array().all().current as u64,
             reserved: self.stats.reserved_bytes.all().current as u64,
             allowed: self.allowed_memory_maximum,
             expandable_segments: self.conf.expandable_segments,

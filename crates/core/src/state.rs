@@ -14,6 +14,7 @@ use crate::mempool::{PoolRef, PrivatePools};
 use crate::oom::OomCause;
 use crate::pool::BlockPool;
 use crate::stats::DeviceStats;
+use crate::tally::HotStats;
 
 /// One device's caching allocator state.
 pub(crate) struct State<D> {
@@ -37,13 +38,16 @@ pub(crate) struct State<D> {
     pub allowed_memory_maximum: Option<u64>,
     /// Device capacity, read once at construction.
     pub device_total: u64,
-    /// The statistics. While [`State::active_mirrors_allocation`], `active` and
-    /// `active_bytes` are stale: read them through [`State::sync_active`].
+    /// The statistics. The seven that malloc and free change are counted in `hot` and are
+    /// stale here: read them through [`State::sync_stats`].
     pub stats: DeviceStats,
+    /// `allocation`, `allocated_bytes`, `active`, `active_bytes`, `requested_bytes`,
+    /// `inactive_split` and `inactive_split_bytes` as the hot path counts them.
+    pub hot: HotStats,
     /// True until a freed block first waits on stream events. Until then every change to the
     /// `allocation` and `allocated_bytes` statistics is the same change to `active` and
     /// `active_bytes` (a block is active iff allocated), so only the former are counted and
-    /// [`State::sync_active`] copies them over.
+    /// [`State::sync_stats`] copies them over.
     pub active_mirrors_allocation: bool,
     pub history: Option<History>,
     /// Creation number for the next segment (torch's `registration_counter_global`).
@@ -83,6 +87,7 @@ impl<D: Device> State<D> {
             allowed_memory_maximum: None,
             device_total: info.total,
             stats,
+            hot: HotStats::default(),
             active_mirrors_allocation: true,
             history: None,
             next_segment_id: 0,
@@ -104,22 +109,43 @@ impl<D: Device> State<D> {
         };
     }
 
-    /// Brings `active` and `active_bytes` up to date (see
+    /// Brings the seven hot-path statistics in `stats` up to date (see [`State::hot`] and
     /// [`State::active_mirrors_allocation`]).
-    #[inline]
-    pub fn sync_active(&mut self) {
-        if self.active_mirrors_allocation {
-            self.stats.active = self.stats.allocation;
-            self.stats.active_bytes = self.stats.allocated_bytes;
-        }
+    pub fn sync_stats(&mut self) {
+        let (h, s) = (&self.hot, &mut self.stats);
+        s.allocation = h.allocation.to_array();
+        s.allocated_bytes = h.allocated_bytes.to_array();
+        (s.active, s.active_bytes) = if self.active_mirrors_allocation {
+            (s.allocation, s.allocated_bytes)
+        } else {
+            (h.active.to_array(), h.active_bytes.to_array())
+        };
+        s.requested_bytes = h.requested_bytes.to_array();
+        s.inactive_split = h.inactive_split.to_array();
+        s.inactive_split_bytes = h.inactive_split_bytes.to_array();
     }
 
     /// From now on `active` and `active_bytes` are counted on their own: a block is about to
     /// stay active after its allocation ends.
     #[cold]
     pub fn unmirror_active(&mut self) {
-        self.sync_active();
-        self.active_mirrors_allocation = false;
+        if self.active_mirrors_allocation {
+            self.hot.active = self.hot.allocation;
+            self.hot.active_bytes = self.hot.allocated_bytes;
+            self.active_mirrors_allocation = false;
+        }
+    }
+
+    /// `reset_peak_memory_stats`.
+    pub fn reset_peak_stats(&mut self) {
+        self.stats.reset_peak();
+        self.hot.reset_peak();
+    }
+
+    /// `reset_accumulated_memory_stats`.
+    pub fn reset_accumulated_stats(&mut self) {
+        self.stats.reset_accumulated();
+        self.hot.reset_accumulated();
     }
 
     /// Whether the garbage collector runs (a threshold and a fraction limit are both set).
