@@ -15,6 +15,7 @@ use cachalot_core::{
 use cachalot_sim::{LogEntry, SimConfig, SimCounters, SimDevice};
 
 use crate::load::{LoadedTrace, TraceOp};
+use crate::pool_account::{Accounting, PoolAccount, PoolTracking};
 use crate::pools::{PoolReplay, PoolReport};
 use crate::target::{MallocError, Target};
 
@@ -45,6 +46,12 @@ pub struct ReplayOptions {
     /// The device ordinal the allocator reports (torch's "GPU N" in OOM messages), e.g. the
     /// device of a snapshot being replayed.
     pub device_index: u32,
+    /// Find where reserved and allocated memory peaked, each pool's own peak, and the pools'
+    /// account at the end ([`ReplayReport::pool_tracking`]; `crate::pool_account`).
+    pub pool_peaks: bool,
+    /// Take the pools' account after each of these operations (ascending); the replay stops
+    /// after the last one ([`ReplayReport::accounts`]).
+    pub accounts_at: Vec<usize>,
 }
 
 impl Default for ReplayOptions {
@@ -61,6 +68,8 @@ impl Default for ReplayOptions {
             history_entries: None,
             snapshot_at_end: false,
             device_index: 0,
+            pool_peaks: false,
+            accounts_at: Vec::new(),
         }
     }
 }
@@ -150,6 +159,11 @@ pub struct ReplayReport {
     pub fatal_error: Option<(u64, String)>,
     /// Every pool the trace names, as it is at the end.
     pub pools: Vec<PoolReport>,
+    /// Where the peaks were and the pools' account at the end, if asked for
+    /// ([`ReplayOptions::pool_peaks`]) and the backend keeps pools.
+    pub pool_tracking: Option<PoolTracking>,
+    /// The accounts asked for with [`ReplayOptions::accounts_at`].
+    pub accounts: Vec<PoolAccount>,
 }
 
 impl ReplayReport {
@@ -306,6 +320,10 @@ struct Run<'t> {
     stopped_early: bool,
     fatal: Option<(u64, AllocError)>,
     pool_rows: PoolReplay,
+    /// The pool accounts asked for (`None`: none, and no work per row).
+    accounting: Option<Box<Accounting>>,
+    /// The last operation replayed.
+    last_op: usize,
 }
 
 impl<'t> Run<'t> {
@@ -329,6 +347,8 @@ impl<'t> Run<'t> {
             stopped_early: false,
             fatal: None,
             pool_rows: PoolReplay::default(),
+            accounting: Accounting::of(opts),
+            last_op: trace.ops.len().saturating_sub(1),
         }
     }
 
@@ -344,10 +364,12 @@ impl<'t> Run<'t> {
                 Ok(()) => {}
                 Err(Stop::Early) => {
                     self.stopped_early = true;
+                    self.last_op = i;
                     break;
                 }
                 Err(Stop::Fatal(line, source)) => {
                     self.fatal = Some((line, source));
+                    self.last_op = i;
                     break;
                 }
             }
@@ -456,6 +478,11 @@ impl<'t> Run<'t> {
         oom_now: bool,
         hook: &mut Option<(usize, &mut ReplayHook<'_>)>,
     ) -> Result<(), Stop> {
+        if let Some(acc) = &mut self.accounting
+            && acc.after_row(i, &self.alloc, self.trace)
+        {
+            return Err(Stop::Early);
+        }
         if self.opts.sample_every > 0 && i.is_multiple_of(self.opts.sample_every) {
             self.samples.push(self.alloc.with_stats(|s| Sample {
                 op_index: i,
@@ -487,7 +514,7 @@ impl<'t> Run<'t> {
 
     /// The end state, the optional clean-up, and the report (inside the error when a fatal
     /// error stopped the rows).
-    fn finish(self, wall_ns: u128, cpu_ns: u128) -> Result<ReplayReport, ReplayError> {
+    fn finish(mut self, wall_ns: u128, cpu_ns: u128) -> Result<ReplayReport, ReplayError> {
         // Skipped frees are counted by the trace, not by what was replayed: an OOM'd
         // allocation whose free lies beyond an early stop is not counted.
         let mut stats = self.alloc.stats().unwrap_or_default();
@@ -497,6 +524,11 @@ impl<'t> Run<'t> {
             .with_device(cachalot_core::Device::mem_get_info)
             .map_err(|e| ReplayError::at(0, e.into()))?;
         let pools = self.pool_rows.report(&self.alloc, self.trace);
+        let mut accounting = self.accounting.take();
+        let pool_tracking = accounting
+            .as_mut()
+            .and_then(|a| a.finish(&self.alloc, self.trace, self.last_op));
+        let accounts = accounting.map(|a| a.taken).unwrap_or_default();
         let snapshot = if self.opts.snapshot_at_end {
             self.alloc.snapshot().ok()
         } else {
@@ -534,6 +566,8 @@ impl<'t> Run<'t> {
                 .as_ref()
                 .map(|(line, e)| (*line, e.torch_message())),
             pools,
+            pool_tracking,
+            accounts,
         };
         match self.fatal {
             None => Ok(report),

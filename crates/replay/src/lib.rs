@@ -6,6 +6,7 @@
 //!   content ([`load_input`]);
 //! - [`engine`]: the replay itself ([`replay`]), returning a [`ReplayReport`];
 //! - [`diagnose`]: why a replay ran out of memory, and which option avoids it (replayed);
+//! - [`pool_account`]: each pool's share of the peaks and what `empty_cache` can give back;
 //! - [`report`]: the report as the oracle's JSON, its `--segments` CSV, and a readable summary.
 
 #![forbid(unsafe_code)]
@@ -14,6 +15,7 @@ pub mod diagnose;
 pub mod engine;
 pub mod input;
 pub mod load;
+pub mod pool_account;
 pub mod pools;
 pub mod report;
 mod target;

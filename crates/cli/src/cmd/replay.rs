@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use cachalot_core::config::{self, Settings};
 use cachalot_replay::diagnose::diagnose;
 use cachalot_replay::input::check_window;
+use cachalot_replay::pool_account::{pool_peaks, pool_peaks_json, pool_peaks_text};
 use cachalot_replay::report::{ReportMeta, report_json, summary_text, write_segments};
 use cachalot_replay::{LoadOptions, LoadedInput, ReplayOptions, load_input, replay};
 use cachalot_sim::SimConfig;
@@ -178,6 +179,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         history_entries: a.snapshot.is_some().then_some(a.history_entries),
         snapshot_at_end: a.snapshot.is_some(),
         device_index: input.snapshot_events().map_or(0, |e| e.device),
+        pool_peaks: !trace.pools.is_empty(),
         ..ReplayOptions::default()
     };
     // A fatal error (torch's `c10::Error`) still reports what happened up to it, as the oracle
@@ -189,6 +191,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
             None => return Err(e.into()),
         },
     };
+    // Where the trace uses pools: each pool's share at the peaks, and what empty_cache can
+    // give back (one more replay, up to the peaks).
+    let pools = pool_peaks(trace, &opts, &report)?;
     if let Some(path) = &a.segments {
         write_atomic(path, |w| write_segments(w, &report.segments))
             .with_context(|| format!("cannot write segments file {}", path.display()))?;
@@ -210,6 +215,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let mut v = report_json(&report, &resolved.conf, &trace.stats, capacity, &meta);
         if let Some(m) = v.as_object_mut() {
             m.insert("memory_stats".into(), memory_stats_json(&report.stats));
+            if let Some(p) = &pools {
+                m.insert("pool_accounts".into(), pool_peaks_json(p));
+            }
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
         if let Some(e) = &fatal {
@@ -230,6 +238,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
         );
     }
     print!("{}", summary_text(&report, &trace.stats, capacity));
+    if let Some(p) = &pools {
+        print!("{}", pool_peaks_text(p));
+        let mut lines = vec![p.at_peak_reserved.line, p.at_peak_allocated.line];
+        lines.dedup();
+        for line in lines {
+            if let Some(what) = input.describe_line(line) {
+                println!("  (line {line} is {what})");
+            }
+        }
+    }
     // A snapshot has no lines: say which history entries the lines above are.
     let shown = report.ooms.events.iter().take(a.max_oom_messages);
     for line in shown.map(|e| e.line) {

@@ -9,6 +9,8 @@
 
 #![allow(dead_code)]
 
+pub mod pool_traces;
+
 use std::path::Path;
 use std::process::Command;
 

@@ -1,0 +1,666 @@
+//! How much of the memory each pool holds, and what `empty_cache` can and cannot give back:
+//! at the peaks of reserved and allocated memory and at the end of a replay.
+//!
+//! Words used here and in the reports:
+//!
+//! - **pool**: the default pools (`(0, 0)`, small and large together) or one private pool (a
+//!   CUDA graph's `(n, 0)`, a `MemPool`'s `(0, n)`);
+//! - **live**: bytes of allocated blocks (`allocated_bytes`, the tensors);
+//! - **free**: the rest of the pool's reserved bytes: cached blocks, and blocks freed under
+//!   `record_stream` whose events have not completed yet (`empty_cache` waits for those
+//!   events first, so they count as free);
+//! - **releasable**: what `torch.cuda.empty_cache()` returns to the device now. It waits for
+//!   every outstanding event, then frees the whole free segments of the default pools and of
+//!   every *released* pool (use count 0), and unmaps the whole pages inside free ranges of
+//!   expandable segments (torch's `release_cached_blocks`);
+//! - **kept next to live blocks**: free bytes of those pools that share a segment (or, with
+//!   expandable segments, a page) with a live block;
+//! - **kept, pool referenced**: every free byte of a pool whose use count is above 0 (its
+//!   `MemPool` object is alive, its graph not reset, or a `use_mem_pool` block is open):
+//!   `empty_cache` leaves such a pool alone.
+//!
+//! [`account`] reads the allocator's segments and pools; nothing is released to find out.
+//! A replay with [`ReplayOptions::pool_peaks`](crate::ReplayOptions::pool_peaks) finds where
+//! the peaks are ([`PeakTracker`]), and [`pool_peaks`] replays the trace up to them to take
+//! the accounts there.
+
+use cachalot_core::{
+    BlockState, CachingAllocator, MempoolId, PoolInfo, SegmentInfo, format_size, size,
+};
+use cachalot_sim::SimDevice;
+
+use crate::engine::{ReplayError, ReplayOptions, ReplayReport, replay};
+use crate::load::LoadedTrace;
+use crate::target::Target;
+
+/// Where a pool stands with `empty_cache`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolStatus {
+    /// The default pools: their whole free segments are released.
+    Default,
+    /// Allocations are being routed to it (`use_mem_pool` or a capture is open).
+    Open(i32),
+    /// Referenced (use count above 0) and not open: kept by `empty_cache`.
+    Referenced(i32),
+    /// Use count 0: its whole free segments go at the next `empty_cache`.
+    Released,
+    /// torch no longer knows the pool (it forgot it with blocks of it still alive); its
+    /// memory is never freed.
+    Forgotten,
+}
+
+impl PoolStatus {
+    fn of(info: Option<&PoolInfo>) -> Self {
+        match info {
+            None => PoolStatus::Forgotten,
+            Some(p) if p.use_count <= 0 => PoolStatus::Released,
+            Some(p) if p.open => PoolStatus::Open(p.use_count),
+            Some(p) => PoolStatus::Referenced(p.use_count),
+        }
+    }
+
+    /// Whether `empty_cache` frees this pool's whole free segments.
+    pub fn releases(self) -> bool {
+        matches!(self, PoolStatus::Default | PoolStatus::Released)
+    }
+
+    /// For people: `open, use count 2`.
+    pub fn describe(self) -> String {
+        match self {
+            PoolStatus::Default => "default".into(),
+            PoolStatus::Open(n) => format!("open, use count {n}"),
+            PoolStatus::Referenced(n) => format!("referenced, use count {n}"),
+            PoolStatus::Released => "released (use count 0)".into(),
+            PoolStatus::Forgotten => "forgotten by torch".into(),
+        }
+    }
+
+    /// For programs: `default`, `open`, `referenced`, `released`, `forgotten`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolStatus::Default => "default",
+            PoolStatus::Open(_) => "open",
+            PoolStatus::Referenced(_) => "referenced",
+            PoolStatus::Released => "released",
+            PoolStatus::Forgotten => "forgotten",
+        }
+    }
+
+    /// The use count (`None` for the default pools and a forgotten pool).
+    pub fn use_count(self) -> Option<i32> {
+        match self {
+            PoolStatus::Open(n) | PoolStatus::Referenced(n) => Some(n),
+            PoolStatus::Released => Some(0),
+            PoolStatus::Default | PoolStatus::Forgotten => None,
+        }
+    }
+}
+
+/// One pool's share of the memory at one point.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolShare {
+    /// Its id (`(0, 0)` for the default pools).
+    pub id: MempoolId,
+    /// A CUDA graph's pool.
+    pub graph: bool,
+    /// Where it stands with `empty_cache`.
+    pub status: PoolStatus,
+    /// Its segments (mapped ranges, for expandable segments).
+    pub segments: usize,
+    /// Reserved bytes (the sum of its segments).
+    pub reserved: u64,
+    /// Bytes of live blocks.
+    pub live: u64,
+    /// Free bytes `empty_cache` would give back now.
+    pub releasable: u64,
+    /// Free bytes it would keep because they share a segment or page with a live block.
+    pub kept_next_to_live: u64,
+    /// Free bytes it would keep because the pool is referenced.
+    pub kept_referenced: u64,
+}
+
+impl PoolShare {
+    fn new(id: MempoolId, graph: bool, status: PoolStatus) -> Self {
+        PoolShare {
+            id,
+            graph,
+            status,
+            segments: 0,
+            reserved: 0,
+            live: 0,
+            releasable: 0,
+            kept_next_to_live: 0,
+            kept_referenced: 0,
+        }
+    }
+
+    /// Reserved bytes that are not live.
+    pub fn free(&self) -> u64 {
+        self.reserved - self.live
+    }
+
+    /// For people: `the default pools`, `graph pool (1, 0)`, `MemPool (0, 2)`.
+    pub fn name(&self) -> String {
+        if self.id.is_default() {
+            "the default pools".into()
+        } else if self.graph {
+            format!("graph pool {}", self.id)
+        } else {
+            format!("MemPool {}", self.id)
+        }
+    }
+
+    fn add(&mut self, seg: &SegmentInfo, page: u64) {
+        let free = seg.total_size - seg.allocated_size;
+        self.segments += 1;
+        self.reserved += seg.total_size;
+        self.live += seg.allocated_size;
+        match self.status {
+            PoolStatus::Default | PoolStatus::Released => {
+                let gives = releasable(seg, page);
+                self.releasable += gives;
+                self.kept_next_to_live += free - gives;
+            }
+            PoolStatus::Forgotten => self.kept_next_to_live += free,
+            PoolStatus::Open(_) | PoolStatus::Referenced(_) => self.kept_referenced += free,
+        }
+    }
+}
+
+/// The bytes of `seg` that `empty_cache` frees once every event is synchronized: the whole
+/// segment when no block in it is live; for a mapped range of an expandable segment, the whole
+/// pages inside each run of blocks that are not live (after the events, each run is one free
+/// block). A mapped range starts on a page boundary of its reservation.
+fn releasable(seg: &SegmentInfo, page: u64) -> u64 {
+    let live = |b: &&cachalot_core::BlockInfo| b.state == BlockState::ActiveAllocated;
+    if !seg.is_expandable {
+        return if seg.blocks.iter().any(|b| live(&b)) {
+            0
+        } else {
+            seg.total_size
+        };
+    }
+    let whole_pages =
+        |begin: u64, end: u64| (end / page).saturating_sub(begin.div_ceil(page)) * page;
+    let mut total = 0;
+    let mut offset = 0;
+    let mut run: Option<u64> = None;
+    for b in &seg.blocks {
+        if live(&b) {
+            if let Some(start) = run.take() {
+                total += whole_pages(start, offset);
+            }
+        } else if run.is_none() {
+            run = Some(offset);
+        }
+        offset += b.size;
+    }
+    if let Some(start) = run {
+        total += whole_pages(start, offset);
+    }
+    total
+}
+
+/// Every pool's share at one point of a replay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolAccount {
+    /// The operation after which it was taken (the last one replayed, at the end).
+    pub op_index: usize,
+    /// Its trace line.
+    pub line: u64,
+    /// The default pools first, then the private pools in the order the trace names them,
+    /// then any other (a pool the trace does not name).
+    pub pools: Vec<PoolShare>,
+}
+
+impl PoolAccount {
+    fn sum(&self, f: impl Fn(&PoolShare) -> u64) -> u64 {
+        self.pools.iter().map(f).sum()
+    }
+
+    /// Reserved bytes, all pools.
+    pub fn reserved(&self) -> u64 {
+        self.sum(|p| p.reserved)
+    }
+
+    /// Live bytes, all pools.
+    pub fn live(&self) -> u64 {
+        self.sum(|p| p.live)
+    }
+
+    /// What `empty_cache` would give back now.
+    pub fn releasable(&self) -> u64 {
+        self.sum(|p| p.releasable)
+    }
+
+    /// Free bytes `empty_cache` would keep because they share a segment with a live block.
+    pub fn kept_next_to_live(&self) -> u64 {
+        self.sum(|p| p.kept_next_to_live)
+    }
+
+    /// Free bytes `empty_cache` would keep because their pool is referenced.
+    pub fn kept_referenced(&self) -> u64 {
+        self.sum(|p| p.kept_referenced)
+    }
+
+    /// The private pools' shares.
+    pub fn private(&self) -> impl Iterator<Item = &PoolShare> {
+        self.pools.iter().filter(|p| !p.id.is_default())
+    }
+}
+
+/// The account of `a` now. `trace` names the pools (their kinds and order).
+pub fn account(
+    a: &CachingAllocator<SimDevice>,
+    trace: &LoadedTrace,
+    op_index: usize,
+) -> PoolAccount {
+    let infos = a.pools();
+    let large_page = a.config().large_segment_size;
+    let mut pools = vec![PoolShare::new(
+        MempoolId::DEFAULT,
+        false,
+        PoolStatus::Default,
+    )];
+    for p in &trace.pools {
+        let id = if p.graph {
+            MempoolId::graph(p.number)
+        } else {
+            MempoolId::mempool(p.number)
+        };
+        let status = PoolStatus::of(infos.iter().find(|i| i.id == id));
+        pools.push(PoolShare::new(id, p.graph, status));
+    }
+    for seg in a.segments() {
+        let i = match pools.iter().position(|p| p.id == seg.pool_id) {
+            Some(i) => i,
+            None => {
+                let info = infos.iter().find(|i| i.id == seg.pool_id);
+                let graph = seg.pool_id.first != 0;
+                pools.push(PoolShare::new(seg.pool_id, graph, PoolStatus::of(info)));
+                pools.len() - 1
+            }
+        };
+        let page = if seg.is_small {
+            size::SMALL_BUFFER
+        } else {
+            large_page
+        };
+        pools[i].add(&seg, page);
+    }
+    let line = trace.ops.get(op_index).map_or(0, |op| op.line());
+    PoolAccount {
+        op_index,
+        line,
+        pools,
+    }
+}
+
+/// Where the peaks of a replay were: the first operation after which reserved (and
+/// allocated) memory reached its peak, and the default pools' own peak of reserved bytes.
+/// The peaks of a caching allocator are reached at the end of a row (memory only grows at a
+/// successful allocation, and nothing in that allocation frees memory after it), so looking
+/// after each row finds them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeakTracker {
+    /// Peak reserved bytes, and the operation that first reached it.
+    pub reserved: (i64, Option<usize>),
+    /// Peak allocated bytes, and the operation that first reached it.
+    pub allocated: (i64, Option<usize>),
+    /// Peak of the default pools' reserved bytes (all reserved bytes less the private pools').
+    pub default_reserved: i64,
+}
+
+impl PeakTracker {
+    /// After operation `i`, with the statistics then.
+    #[inline]
+    pub fn after_row(&mut self, i: usize, s: &cachalot_core::DeviceStats) {
+        let reserved = s.reserved_bytes.all().current;
+        let allocated = s.allocated_bytes.all().current;
+        if reserved > self.reserved.0 {
+            self.reserved = (reserved, Some(i));
+        }
+        if allocated > self.allocated.0 {
+            self.allocated = (allocated, Some(i));
+        }
+        let private: i64 = s
+            .reserved_bytes_by_private_pools
+            .iter()
+            .map(|(_, a)| a.all().current)
+            .sum();
+        self.default_reserved = self.default_reserved.max(reserved - private);
+    }
+}
+
+/// What a replay with [`ReplayOptions::pool_peaks`] found: where the peaks were and the
+/// account at the end. Only the caching allocator has pools; the direct backends report none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolTracking {
+    /// Where the peaks were.
+    pub peaks: PeakTracker,
+    /// The account where the replay ended.
+    pub end: PoolAccount,
+}
+
+/// The pools of a replay: their shares at the peak of reserved memory, at the peak of
+/// allocated memory and at the end, and each pool's own peak.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolPeaks {
+    /// At the first operation where reserved memory reached its peak.
+    pub at_peak_reserved: PoolAccount,
+    /// At the first operation where allocated memory reached its peak.
+    pub at_peak_allocated: PoolAccount,
+    /// Where the replay ended.
+    pub at_end: PoolAccount,
+    /// Each pool's own peak of reserved bytes over the run, in the order of `at_end.pools`
+    /// (the default pools' from [`PeakTracker::default_reserved`], the private pools' from
+    /// `reserved_bytes_by_private_pools`).
+    pub own_peaks: Vec<(MempoolId, u64)>,
+}
+
+/// The pool accounts of `report`, a replay of `trace` under `opts` with
+/// [`ReplayOptions::pool_peaks`] on: replays the trace up to its peaks once more to take the
+/// accounts there. `None` when the trace names no pool, or the backend keeps none.
+pub fn pool_peaks(
+    trace: &LoadedTrace,
+    opts: &ReplayOptions,
+    report: &ReplayReport,
+) -> Result<Option<PoolPeaks>, ReplayError> {
+    let Some(t) = &report.pool_tracking else {
+        return Ok(None);
+    };
+    if trace.pools.is_empty() {
+        return Ok(None);
+    }
+    let (Some(res_at), Some(alloc_at)) = (t.peaks.reserved.1, t.peaks.allocated.1) else {
+        // Nothing was ever reserved: every point looks like the end.
+        return Ok(Some(PoolPeaks {
+            at_peak_reserved: t.end.clone(),
+            at_peak_allocated: t.end.clone(),
+            at_end: t.end.clone(),
+            own_peaks: own_peaks(&t.end, report, t.peaks.default_reserved),
+        }));
+    };
+    let mut at = vec![res_at, alloc_at];
+    at.sort_unstable();
+    at.dedup();
+    let prefix = ReplayOptions {
+        accounts_at: at,
+        pool_peaks: false,
+        log_segments: false,
+        history_entries: None,
+        snapshot_at_end: false,
+        empty_cache_at_end: false,
+        sample_every: 0,
+        max_oom_reports: 0,
+        ..opts.clone()
+    };
+    let accounts = match replay(trace, &prefix) {
+        Ok(r) => r.accounts,
+        Err(e) => e.report.map(|r| r.accounts).unwrap_or_default(),
+    };
+    let find = |i: usize| accounts.iter().find(|a| a.op_index == i).cloned();
+    let (Some(r), Some(a)) = (find(res_at), find(alloc_at)) else {
+        return Ok(None);
+    };
+    Ok(Some(PoolPeaks {
+        at_peak_reserved: r,
+        at_peak_allocated: a,
+        at_end: t.end.clone(),
+        own_peaks: own_peaks(&t.end, report, t.peaks.default_reserved),
+    }))
+}
+
+fn own_peaks(end: &PoolAccount, report: &ReplayReport, default_peak: i64) -> Vec<(MempoolId, u64)> {
+    end.pools
+        .iter()
+        .map(|p| {
+            let peak = if p.id.is_default() {
+                default_peak
+            } else {
+                report
+                    .stats
+                    .reserved_bytes_by_private_pools
+                    .iter()
+                    .find(|(id, _)| *id == p.id)
+                    .map_or(0, |(_, a)| a.all().peak)
+            };
+            (p.id, peak.max(0) as u64)
+        })
+        .collect()
+}
+
+/// Replays `trace` under `opts` with the pool accounts on, and takes the accounts at its
+/// peaks: the report, and the accounts (`None` when the trace names no pool or the backend
+/// keeps none).
+pub fn replay_with_pools(
+    trace: &LoadedTrace,
+    opts: &ReplayOptions,
+) -> Result<(ReplayReport, Option<PoolPeaks>), ReplayError> {
+    let opts = ReplayOptions {
+        pool_peaks: !trace.pools.is_empty(),
+        ..opts.clone()
+    };
+    let report = replay(trace, &opts)?;
+    let peaks = pool_peaks(trace, &opts, &report)?;
+    Ok((report, peaks))
+}
+
+/// The engine's part: the tracker and the accounts asked for, while a replay runs.
+#[derive(Debug, Default)]
+pub(crate) struct Accounting {
+    pub peaks: Option<PeakTracker>,
+    /// Operation indices still to take an account after, in order.
+    pub at: Vec<usize>,
+    pub next: usize,
+    pub taken: Vec<PoolAccount>,
+}
+
+impl Accounting {
+    /// `None` when `opts` asks for nothing (the replay then does no work for it).
+    pub fn of(opts: &ReplayOptions) -> Option<Box<Self>> {
+        (opts.pool_peaks || !opts.accounts_at.is_empty()).then(|| {
+            Box::new(Accounting {
+                peaks: opts.pool_peaks.then(PeakTracker::default),
+                at: opts.accounts_at.clone(),
+                ..Accounting::default()
+            })
+        })
+    }
+
+    /// After operation `i`: tracks the peaks, takes an account if one is due; returns whether
+    /// every account asked for has been taken.
+    pub fn after_row(&mut self, i: usize, alloc: &Target, trace: &LoadedTrace) -> bool {
+        if let Some(p) = &mut self.peaks {
+            alloc.with_stats(|s| p.after_row(i, s));
+        }
+        if self.at.get(self.next) == Some(&i) {
+            self.next += 1;
+            if let Some(a) = alloc.caching() {
+                self.taken.push(account(a, trace, i));
+            }
+            return self.next == self.at.len() && self.peaks.is_none();
+        }
+        false
+    }
+
+    /// The tracking result at the end of the replay (after the last operation replayed,
+    /// `last`).
+    pub fn finish(
+        &mut self,
+        alloc: &Target,
+        trace: &LoadedTrace,
+        last: usize,
+    ) -> Option<PoolTracking> {
+        let peaks = self.peaks.take()?;
+        let a = alloc.caching()?;
+        Some(PoolTracking {
+            peaks,
+            end: account(a, trace, last),
+        })
+    }
+}
+
+/// `14.44 GiB`, or `0` for none.
+fn bytes(n: u64) -> String {
+    if n == 0 { "0".into() } else { format_size(n) }
+}
+
+/// Text for people: the accounts at the peaks and at the end, and each pool's own peak.
+pub fn pool_peaks_text(p: &PoolPeaks) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for (what, acc) in [
+        ("peak reserved", &p.at_peak_reserved),
+        ("peak allocated", &p.at_peak_allocated),
+    ] {
+        let total = if what == "peak reserved" {
+            acc.reserved()
+        } else {
+            acc.live()
+        };
+        let _ = writeln!(
+            out,
+            "pools at {what} ({}, line {}):",
+            format_size(total),
+            acc.line
+        );
+        for s in &acc.pools {
+            if s.reserved == 0 && !s.id.is_default() {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "  {:<22} {:>10} reserved, {:>10} live  ({})",
+                s.name(),
+                format_size(s.reserved),
+                format_size(s.live),
+                s.status.describe()
+            );
+        }
+        let pct = |part: u64| 100.0 * part as f64 / total.max(1) as f64;
+        for s in acc.private().filter(|s| s.reserved > 0) {
+            let _ = if what == "peak reserved" {
+                writeln!(
+                    out,
+                    "  of the {} {what}, {} ({:.0}%) was in {}; it held {} of live tensors then",
+                    format_size(total),
+                    format_size(s.reserved),
+                    pct(s.reserved),
+                    s.name(),
+                    bytes(s.live)
+                )
+            } else {
+                writeln!(
+                    out,
+                    "  of the {} {what}, {} ({:.0}%) was live in {}, which reserved {} then",
+                    format_size(total),
+                    bytes(s.live),
+                    pct(s.live),
+                    s.name(),
+                    format_size(s.reserved)
+                )
+            };
+        }
+    }
+    let peaks: Vec<String> = p
+        .own_peaks
+        .iter()
+        .filter(|(id, b)| id.is_default() || *b > 0)
+        .map(|(id, b)| {
+            let name = p
+                .at_end
+                .pools
+                .iter()
+                .find(|s| s.id == *id)
+                .map(PoolShare::name)
+                .unwrap_or_default();
+            format!("{name} {}", format_size(*b))
+        })
+        .collect();
+    let _ = writeln!(out, "each pool's own peak reserved: {}", peaks.join(", "));
+    for (what, acc) in [
+        ("at peak reserved", &p.at_peak_reserved),
+        ("at the end", &p.at_end),
+    ] {
+        out.push_str(&empty_cache_text(what, acc));
+    }
+    out
+}
+
+/// What `empty_cache` would give back and keep at one point, for people.
+pub fn empty_cache_text(what: &str, acc: &PoolAccount) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let released: u64 = acc
+        .private()
+        .filter(|s| s.status == PoolStatus::Released)
+        .map(|s| s.releasable)
+        .sum();
+    let default = acc.pools.first().map_or(0, |s| s.releasable);
+    let _ = writeln!(
+        out,
+        "empty_cache() {what}: gives back {} ({} from the default pools, {} from released \
+         pools); keeps {} reserved: {} live, {} free next to live blocks, {} in pools still \
+         referenced",
+        bytes(acc.releasable()),
+        bytes(default),
+        bytes(released),
+        bytes(acc.reserved() - acc.releasable()),
+        bytes(acc.live()),
+        bytes(acc.kept_next_to_live()),
+        bytes(acc.kept_referenced()),
+    );
+    for s in acc.private().filter(|s| s.kept_referenced > 0) {
+        let _ = writeln!(
+            out,
+            "  {} keeps {} free ({}): it goes only after the pool is released (del the \
+             MemPool / reset the graph) and then empty_cache()",
+            s.name(),
+            format_size(s.kept_referenced),
+            s.status.describe()
+        );
+    }
+    out
+}
+
+/// JSON for programs.
+pub fn pool_peaks_json(p: &PoolPeaks) -> serde_json::Value {
+    serde_json::json!({
+        "at_peak_reserved": account_json(&p.at_peak_reserved),
+        "at_peak_allocated": account_json(&p.at_peak_allocated),
+        "at_end": account_json(&p.at_end),
+        "own_peak_reserved": p.own_peaks.iter().map(|(id, b)| serde_json::json!({
+            "mempool_id": [id.first, id.second],
+            "peak_reserved": b,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// One account as JSON.
+pub fn account_json(a: &PoolAccount) -> serde_json::Value {
+    serde_json::json!({
+        "op_index": a.op_index,
+        "trace_line": a.line,
+        "reserved": a.reserved(),
+        "live": a.live(),
+        "empty_cache": {
+            "releasable": a.releasable(),
+            "kept_next_to_live": a.kept_next_to_live(),
+            "kept_referenced": a.kept_referenced(),
+        },
+        "pools": a.pools.iter().map(|s| serde_json::json!({
+            "mempool_id": [s.id.first, s.id.second],
+            "kind": if s.id.is_default() { "default" } else if s.graph { "graph" } else { "mempool" },
+            "status": s.status.name(),
+            "use_count": s.status.use_count(),
+            "segments": s.segments,
+            "reserved": s.reserved,
+            "live": s.live,
+            "free": s.free(),
+            "releasable": s.releasable,
+            "kept_next_to_live": s.kept_next_to_live,
+            "kept_referenced": s.kept_referenced,
+        })).collect::<Vec<_>>(),
+    })
+}
