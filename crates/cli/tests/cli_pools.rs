@@ -11,7 +11,7 @@ fn cachalot(args: &[&str]) -> Output {
 
 /// `replay --json` of `trace` (also when it ran out of memory or stopped at a fatal error),
 /// without what names the input (`trace`, line numbers of the
-/// trace statistics, of OOM messages and of a fatal error, timing): what the allocator did.
+/// trace statistics, of OOM messages, of a fatal error and of the pool accounts, timing): what the allocator did.
 fn replay_json(trace: &Path, conf: &str) -> Value {
     let out = cachalot(&[
         "replay",
@@ -47,6 +47,13 @@ fn replay_json(trace: &Path, conf: &str) -> Value {
 
     if let Some(f) = v.get_mut("fatal_error").and_then(Value::as_object_mut) {
         f.remove("trace_line");
+    }
+    if let Some(p) = v.get_mut("pool_accounts").and_then(Value::as_object_mut) {
+        for at in ["at_peak_reserved", "at_peak_allocated", "at_end"] {
+            if let Some(a) = p.get_mut(at).and_then(Value::as_object_mut) {
+                a.remove("trace_line");
+            }
+        }
     }
     if let Some(ms) = v
         .pointer_mut("/ooms/messages")
