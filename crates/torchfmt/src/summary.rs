@@ -3,7 +3,9 @@
 //! - [`memory_stats`] is the flat dictionary: `<stat>.<pool>.<metric>` for the nine per-pool
 //!   statistics (`pool` ∈ all / small_pool / large_pool, `metric` ∈ current / peak /
 //!   allocated / freed), `<stat>.<metric>` for the two oversize counters, and the seven plain
-//!   numbers; 123 keys, sorted by key as torch's `OrderedDict` is.
+//!   numbers; 123 keys, sorted by key as torch's `OrderedDict` is. Each private pool that has
+//!   held a segment adds torch 2.15's 12 `reserved_bytes_by_private_pools.<first>_<second>.
+//!   <pool>.<metric>` keys (also after the pool is forgotten, as torch keeps them).
 //! - [`memory_summary`] is torch 2.15's text table, character for character (spec §11.3):
 //!   77-character lines, each cell's unit chosen from the "all" row of its column.
 
@@ -25,12 +27,19 @@ fn metrics(s: &Stat) -> [(&'static str, i64); 4] {
 /// `torch.cuda.memory_stats()`: every statistic under its flattened name, sorted by name.
 pub fn memory_stats(s: &DeviceStats) -> BTreeMap<String, i64> {
     let mut m = BTreeMap::new();
-    for (name, arr) in s.arrays() {
+    let mut insert_array = |name: &str, arr: &StatArray| {
         for (pool, idx) in [("all", 0), ("small_pool", 1), ("large_pool", 2)] {
             for (metric, v) in metrics(&arr.0[idx]) {
                 m.insert(format!("{name}.{pool}.{metric}"), v);
             }
         }
+    };
+    for (name, arr) in s.arrays() {
+        insert_array(name, arr);
+    }
+    for (id, arr) in &s.reserved_bytes_by_private_pools {
+        let name = format!("reserved_bytes_by_private_pools.{}_{}", id.first, id.second);
+        insert_array(&name, arr);
     }
     for (name, stat) in [
         ("oversize_allocations", &s.oversize_allocations),
@@ -199,5 +208,38 @@ mod tests {
             29
         );
         assert_eq!(memory_stats(&DeviceStats::default()).len(), 123);
+    }
+
+    #[test]
+    fn private_pools_add_torchs_per_pool_reserved_keys() {
+        let mut s = DeviceStats::default();
+        let mut arr = StatArray::default();
+        arr.0[0].current = 22 << 20;
+        arr.0[2].peak = 20 << 20;
+        s.reserved_bytes_by_private_pools.push((
+            cachalot_core::MempoolId {
+                first: 0,
+                second: 1,
+            },
+            arr,
+        ));
+        s.reserved_bytes_by_private_pools.push((
+            cachalot_core::MempoolId {
+                first: 3,
+                second: 0,
+            },
+            StatArray::default(),
+        ));
+        let m = memory_stats(&s);
+        assert_eq!(m.len(), 123 + 2 * 12);
+        assert_eq!(
+            m["reserved_bytes_by_private_pools.0_1.all.current"],
+            22 << 20
+        );
+        assert_eq!(
+            m["reserved_bytes_by_private_pools.0_1.large_pool.peak"],
+            20 << 20
+        );
+        assert_eq!(m["reserved_bytes_by_private_pools.3_0.small_pool.freed"], 0);
     }
 }
