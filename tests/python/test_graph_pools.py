@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAKEGPU, FAKEGPU_BUILD, TORCH_PYTHON, package_env
+from conftest import FAKEGPU, FAKEGPU_BUILD, REPO, TORCH_PYTHON, package_env
 
 HERE = Path(__file__).parent
 CAPACITY = {"CACHALOT_SIM_CAPACITY": "80G", "FAKE_CUDA_CAPACITY": "80G"}
@@ -231,3 +231,47 @@ def test_real_capture_pool_calls_reach_cachalot(captured):
     # begins it again (+1). Each graph's deletion releases it (-1); at 0, empty_cache frees
     # its segments and forgets it.
     assert counts == [-1, 1, 1, 2, 2, 1, 0, -1]
+
+
+C_LIBRARY = textwrap.dedent(
+    """
+    import ctypes, json, os, sys, torch
+    import cachalot.torch as ct
+    from cachalot import _native
+    from cachalot.graph_pools import GraphPoolsError
+    path = sys.argv[1]
+    os.environ["CACHALOT_DEVICE"] = "sim"
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "cachalot_malloc", "cachalot_free")
+    torch.cuda.memory.change_current_allocator(alloc)
+    ct.enable_graph_pools(alloc, library=path)
+    c_lib, module = ctypes.CDLL(path), ctypes.CDLL(_native.__file__)
+    for lib in (c_lib, module):
+        lib.cachalot_pool_use_count.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64]
+    pool = torch.cuda.graph_pool_handle()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch._C._cuda_beginAllocateCurrentStreamToPool(0, pool)
+        a = torch.empty(5 << 20, dtype=torch.uint8, device="cuda")
+        torch._C._cuda_endAllocateToPool(0, pool)
+        b = torch.empty(5 << 20, dtype=torch.uint8, device="cuda")
+    c_lib.cachalot_memory_stats_json.restype = ctypes.c_char_p
+    stats = json.loads(c_lib.cachalot_memory_stats_json(0))
+    print("LIBRARY", c_lib.cachalot_pool_use_count(0, *pool), stats["segment.all.current"])
+    print("MODULE", module.cachalot_pool_use_count(0, *pool))
+    try:
+        ct.enable_graph_pools(alloc)
+    except GraphPoolsError as e:
+        print("SECOND", e)
+    """
+)
+
+
+def test_hooks_for_a_pluggable_allocator_on_the_c_library(torch_on_fakegpu):
+    path = REPO / "target" / "release" / "libcachalot_capi.so"
+    if not path.exists():
+        pytest.skip(f"{path} not built (cargo build --release -p cachalot-capi)")
+    p = torch_on_fakegpu(["-c", C_LIBRARY, path], env=CAPACITY)
+    # The pool is the C library's: referenced once, its segment apart from b's.
+    assert "LIBRARY 1 2" in p.stdout
+    assert "MODULE -1" in p.stdout  # the package's own allocator never saw it
+    assert "SECOND the graph-pool hooks are already bound to another cachalot library" in p.stdout
