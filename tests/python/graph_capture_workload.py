@@ -7,34 +7,13 @@ segments and, under cachalot, the graph pool's use count; test_graph_pools.py co
     graph_capture_workload.py --allocator torch|cachalot OUT.json
 """
 
-import argparse
-import ctypes
 import json
 
 import torch
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--allocator", choices=["torch", "cachalot"], required=True)
-ap.add_argument("out")
-args = ap.parse_args()
+from pool_workload import Workload
 
-if args.allocator == "cachalot":
-    import cachalot.torch as ct
-    from cachalot import _native
-
-    ct.use(device="sim")
-    ct.enable_graph_pools()
-    stats, segments = ct.memory_stats, ct.memory_snapshot
-    lib = ctypes.CDLL(_native.__file__)
-    lib.cachalot_pool_use_count.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64]
-
-    def use_count(pool):
-        return lib.cachalot_pool_use_count(0, *pool)
-else:
-    stats, segments = torch.cuda.memory_stats, torch.cuda.memory_snapshot
-
-    def use_count(pool):
-        return None
+probe = Workload(__doc__)
 
 
 MiB = 1 << 20
@@ -42,19 +21,7 @@ steps = []
 
 
 def step(name):
-    torch.cuda.synchronize()
-    segs = sorted(
-        (list(s["segment_pool_id"]), s["total_size"], s["allocated_size"], s["segment_type"])
-        for s in segments()
-    )
-    steps.append(
-        {
-            "step": name,
-            "stats": dict(stats()),
-            "segments": segs,
-            "graph_pool_use_count": use_count((1, 0)),
-        }
-    )
+    steps.append(probe.step(name, graph_pool_use_count=probe.use_count((1, 0))))
 
 
 x = torch.ones(1 << 20, device="cuda")
@@ -84,5 +51,5 @@ step("second graph deleted")
 torch.cuda.empty_cache()
 step("empty_cache: the pool's segments go")
 
-with open(args.out, "w") as f:
+with open(probe.args.out, "w") as f:
     json.dump({"steps": steps, "pool": list(pool)}, f, indent=1)

@@ -8,42 +8,14 @@ and compares.
     graph_pools_workload.py --allocator torch|cachalot OUT.json
 """
 
-import argparse
-import ctypes
 import json
 import threading
 
 import torch
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--allocator", choices=["torch", "cachalot"], required=True)
-ap.add_argument("out")
-args = ap.parse_args()
+from pool_workload import Workload
 
-if args.allocator == "cachalot":
-    import cachalot.torch as ct
-    from cachalot import _native, graph_pools
-
-    ct.use(device="sim")
-    ct.enable_graph_pools()
-    stats, segments = ct.memory_stats, ct.memory_snapshot
-    lib = ctypes.CDLL(_native.__file__)
-    lib.cachalot_pool_use_count.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64]
-    shim = ctypes.CDLL(str(graph_pools.build()))
-
-    def use_count(pool):
-        return lib.cachalot_pool_use_count(0, *pool)
-
-    def open_filters():
-        return shim.cachalot_graph_pools_open()
-else:
-    stats, segments = torch.cuda.memory_stats, torch.cuda.memory_snapshot
-
-    def use_count(pool):
-        return None
-
-    def open_filters():
-        return None
+probe = Workload(__doc__)
 
 
 MiB = 1 << 20
@@ -54,26 +26,8 @@ errors = {}
 
 
 def step(name):
-    torch.cuda.synchronize()
-    segs = sorted(
-        (
-            list(s["segment_pool_id"]),
-            s["total_size"],
-            s["allocated_size"],
-            s["segment_type"],
-            s["stream"] != 0,
-        )
-        for s in segments()
-    )
-    steps.append(
-        {
-            "step": name,
-            "stats": dict(stats()),
-            "segments": segs,
-            "use_counts": {n: use_count(p) for n, p in pools.items()},
-            "open_filters": open_filters(),
-        }
-    )
+    counts = {n: probe.use_count(p) for n, p in pools.items()}
+    steps.append(probe.step(name, use_counts=counts, open_filters=probe.open_filters()))
 
 
 def mib(n, stream=None):
@@ -170,5 +124,5 @@ del graph
 torch.cuda.empty_cache()
 step("shared-pool graph deleted and emptied")
 
-with open(args.out, "w") as f:
+with open(probe.args.out, "w") as f:
     json.dump({"steps": steps, "errors": errors, "pools": pools}, f, indent=1)
