@@ -12,6 +12,14 @@
 //!   oracle's own `timing.ns_per_op` is a steady clock around its loop, which counts the time
 //!   other processes had the core; it is shown too (`torch wall`).
 //!
+//! A trace of fewer than `--min-events` events (default 250,000) is replayed several times
+//! over in each run, by both, as one trace: its rows again with the pointer ids of copy `r`
+//! moved past those of copy `r − 1`, so each copy starts from the cache (and the live
+//! allocations) the previous one left. On a short trace torch's replay loop is a few tens of
+//! milliseconds against a process start of about as much, and the difference of two process
+//! CPU times was mostly the start's noise; the copies make the loop dominate. The table
+//! shows the number of copies (`reps`) and the events of all of them.
+//!
 //! Each row also says whether both made the same decisions (device allocations and frees,
 //! peak reserved bytes, OOMs).
 
@@ -54,6 +62,10 @@ pub struct Args {
     /// Multiply the event counts of the generated traces by this (e.g. 0.1 for a quick run).
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
+    /// Replay a trace with fewer events than this several times over in each run (see
+    /// above; `--scale` scales it too); 0 replays every trace once.
+    #[arg(long, value_name = "N", default_value_t = 250_000)]
+    min_events: usize,
 }
 
 /// The configurations compared: (label, `PYTORCH_CUDA_ALLOC_CONF`).
@@ -218,39 +230,119 @@ fn oracle_run(oracle: &Path, trace: &Path, conf: &str) -> Result<(Duration, f64,
     ))
 }
 
-/// Writes `src` (any RMM CSV, plain or gzip) as plain CSV to `plain`, and again to `noop`
-/// with every action replaced by `noop`, which the oracle reads and skips.
-fn write_twins(src: &Path, plain: &Path, noop: &Path) -> Result<()> {
-    let input = cachalot_trace::open_decompressed(src)
-        .with_context(|| format!("cannot read {}", src.display()))?;
+/// A trace's rows, read to be written again (see [`write_twins`]).
+struct Rows {
+    header: Option<String>,
+    rows: Vec<String>,
+    action: usize,
+    pointer: usize,
+}
+
+impl Rows {
+    fn read(src: &Path) -> Result<Rows> {
+        let input = cachalot_trace::open_decompressed(src)
+            .with_context(|| format!("cannot read {}", src.display()))?;
+        let mut lines = Vec::new();
+        for line in input.lines() {
+            lines.push(line.with_context(|| format!("cannot read {}", src.display()))?);
+        }
+        let (mut action, mut pointer) = (2, 3);
+        let header = match lines.first() {
+            Some(h)
+                if h.split(',')
+                    .next()
+                    .is_some_and(|f| f.to_ascii_lowercase().contains("thread")) =>
+            {
+                let names: Vec<&str> = h.split(',').map(str::trim).collect();
+                let at = |name: &str, default| {
+                    names
+                        .iter()
+                        .position(|f| f.eq_ignore_ascii_case(name))
+                        .unwrap_or(default)
+                };
+                (action, pointer) = (at("action", 2), at("pointer", 3));
+                Some(lines.remove(0))
+            }
+            _ => None,
+        };
+        Ok(Rows {
+            header,
+            rows: lines,
+            action,
+            pointer,
+        })
+    }
+
+    /// How far the pointer ids of one copy are moved from the previous copy's: a power of two
+    /// above every id; `None` when a row is not an allocation or a free, or an id is not a
+    /// number (those traces are replayed once).
+    fn id_stride(&self) -> Option<u64> {
+        let mut max = 0u64;
+        for row in &self.rows {
+            let f: Vec<&str> = row.split(',').map(str::trim).collect();
+            let action = f.get(self.action)?.to_ascii_lowercase();
+            if !matches!(
+                action.as_str(),
+                "allocate" | "alloc" | "malloc" | "deallocate" | "free" | "dealloc"
+            ) {
+                return None;
+            }
+            max = max.max(cachalot_trace::ids::parse_u64(
+                f.get(self.pointer)?.as_bytes(),
+            )?);
+        }
+        max.checked_add(1)?.checked_next_power_of_two()
+    }
+}
+
+/// Writes `copies` copies of `rows` (copy `r`'s pointer ids moved by `r × stride`; id 0 is the
+/// null pointer and stays) as plain CSV to `plain`, and again to `noop` with every action
+/// replaced by `noop`, which the oracle reads and skips.
+fn write_twins(rows: &Rows, copies: u64, stride: u64, plain: &Path, noop: &Path) -> Result<()> {
     let create = |p: &Path| -> Result<BufWriter<std::fs::File>> {
         Ok(BufWriter::new(std::fs::File::create(p).with_context(
             || format!("cannot create {}", p.display()),
         )?))
     };
     let (mut a, mut b) = (create(plain)?, create(noop)?);
-    let mut action = 2;
-    for (i, line) in input.lines().enumerate() {
-        let line = line.with_context(|| format!("cannot read {}", src.display()))?;
-        writeln!(a, "{line}")?;
-        let fields: Vec<&str> = line.split(',').collect();
-        if i == 0 && fields[0].to_ascii_lowercase().contains("thread") {
-            action = fields
-                .iter()
-                .position(|f| f.trim().eq_ignore_ascii_case("action"))
-                .unwrap_or(2);
-            writeln!(b, "{line}")?;
-        } else if fields.len() > action {
-            let mut f = fields;
-            f[action] = "noop";
+    if let Some(h) = &rows.header {
+        writeln!(a, "{h}")?;
+        writeln!(b, "{h}")?;
+    }
+    for r in 0..copies {
+        for line in &rows.rows {
+            let mut f: Vec<String> = line.split(',').map(str::to_string).collect();
+            if r > 0 {
+                let id = f
+                    .get(rows.pointer)
+                    .and_then(|p| cachalot_trace::ids::parse_u64(p.trim().as_bytes()));
+                if let Some(id) = id.filter(|&id| id != 0) {
+                    let moved = r
+                        .checked_mul(stride)
+                        .and_then(|m| m.checked_add(id))
+                        .context("pointer ids too large to repeat the trace")?;
+                    f[rows.pointer] = format!("{moved:#x}");
+                }
+            }
+            writeln!(a, "{}", f.join(","))?;
+            if let Some(act) = f.get_mut(rows.action) {
+                *act = "noop".to_string();
+            }
             writeln!(b, "{}", f.join(","))?;
-        } else {
-            writeln!(b, "{line}")?;
         }
     }
     a.flush()?;
     b.flush()?;
     Ok(())
+}
+
+/// How many copies of a trace of `events` events one run replays: enough for `min_events`,
+/// when its ids allow repeating it (`stride`).
+fn copies_for(events: usize, min_events: usize, stride: Option<u64>) -> u64 {
+    match stride {
+        Some(_) if events > 0 && events < min_events => min_events.div_ceil(events) as u64,
+        _ => 1,
+    }
 }
 
 /// The oracle to use, if any.
@@ -357,9 +449,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         ),
     }
     println!(
-        "{:<21} {:<27} {:>8} {:>11} {:>9} {:>6} {:>15} {:>9}  {:>10}  same decisions",
+        "{:<21} {:<27} {:>4} {:>8} {:>11} {:>9} {:>6} {:>15} {:>9}  {:>10}  same decisions",
         "trace",
         "config",
+        "reps",
         "events",
         "cachalot ns",
         "torch ns",
@@ -370,17 +463,26 @@ pub fn run(a: Args) -> Result<ExitCode> {
     );
     let mut differ = false;
     for (name, path) in &traces {
-        let trace = load_rmm(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let events = trace.ops.len().max(1) as f64;
-        let twins = match &oracle {
-            Some(_) => {
-                let plain = tmp.0.join(format!("{name}.plain.csv"));
-                let noop = tmp.0.join(format!("{name}.noop.csv"));
-                write_twins(path, &plain, &noop)?;
-                Some((plain, noop))
+        let mut trace =
+            load_rmm(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let rows = Rows::read(path)?;
+        let stride = rows.id_stride();
+        let min_events = (a.min_events as f64 * a.scale) as usize;
+        let copies = copies_for(trace.ops.len(), min_events, stride);
+        let twins = if oracle.is_some() || copies > 1 {
+            let plain = tmp.0.join(format!("{name}.plain.csv"));
+            let noop = tmp.0.join(format!("{name}.noop.csv"));
+            write_twins(&rows, copies, stride.unwrap_or(0), &plain, &noop)?;
+            if copies > 1 {
+                trace =
+                    load_rmm(&plain).with_context(|| format!("cannot read {}", plain.display()))?;
             }
-            None => None,
+            Some((plain, noop))
+        } else {
+            None
         };
+        drop(rows);
+        let events = trace.ops.len().max(1) as f64;
         for (label, conf) in &configs {
             let settings = Settings::resolve(
                 |_| None,
@@ -439,8 +541,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 ),
             };
             println!(
-                "{name:<21} {label:<27} {:>8} {ours_min:>11.1} {t:>9} {ratio:>6} {med:>15} \
-                 {med_ratio:>9}  {w:>10}  {s}",
+                "{name:<21} {label:<27} {copies:>4} {:>8} {ours_min:>11.1} {t:>9} {ratio:>6} \
+                 {med:>15} {med_ratio:>9}  {w:>10}  {s}",
                 trace.ops.len()
             );
         }
