@@ -10,7 +10,9 @@
 //!   capacity: no OOM first, then fewest retries, then least estimated device-call time, then
 //!   lowest peak reserved ([`RankKey`]);
 //! - [`min_capacity()`]: the smallest device the workload fits on, and with which configuration;
-//! - [`html`]: a self-contained page with the memory timelines and the ranking.
+//! - [`html`]: a self-contained page with the memory timelines and the ranking;
+//! - [`pools`]: for traces that use private pools, each pool's share of the peaks and what
+//!   `empty_cache` can give back.
 //!
 //! Replays run in parallel (rayon); results do not depend on the number of threads.
 //!
@@ -30,6 +32,7 @@ pub mod cost;
 pub mod gpus;
 pub mod html;
 pub mod measure;
+pub mod pools;
 pub mod search;
 pub mod space;
 pub mod text;

@@ -588,6 +588,36 @@ pub fn pool_peaks_text(p: &PoolPeaks) -> String {
     out
 }
 
+/// One line for a list of configurations: the private pools' share of the peak of reserved
+/// memory, and what `empty_cache` gives back and keeps at the end.
+pub fn pool_peaks_brief(p: &PoolPeaks) -> String {
+    let acc = &p.at_peak_reserved;
+    let pools: Vec<String> = acc
+        .private()
+        .filter(|s| s.reserved > 0)
+        .map(|s| {
+            format!(
+                "{} {} ({} live)",
+                s.name(),
+                format_size(s.reserved),
+                bytes(s.live)
+            )
+        })
+        .collect();
+    format!(
+        "of {} peak reserved, {}; empty_cache() at the end gives back {}, keeps {} in pools \
+         still referenced",
+        format_size(acc.reserved()),
+        if pools.is_empty() {
+            "none in private pools".to_string()
+        } else {
+            pools.join(", ")
+        },
+        bytes(p.at_end.releasable()),
+        bytes(p.at_end.kept_referenced())
+    )
+}
+
 /// What `empty_cache` would give back and keep at one point, for people.
 pub fn empty_cache_text(what: &str, acc: &PoolAccount) -> String {
     use std::fmt::Write as _;

@@ -89,11 +89,19 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let r = tune(traces, &opts)?;
+    let pools = crate::cmd::compare::tune_pools(traces, &r)?;
     progress.finish();
     if a.common.json {
-        println!("{}", serde_json::to_string_pretty(&text::tune_json(&r))?);
+        let mut v = text::tune_json(&r);
+        if let (Some(p), Some(m)) = (pools, v.as_object_mut()) {
+            m.insert("pool_accounts".into(), p.json());
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", text::tune_text(&r, &src));
+        if let Some(p) = pools {
+            print!("{}", p.text());
+        }
     }
     a.common.stats_line(
         format_args!(

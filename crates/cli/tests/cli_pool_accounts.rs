@@ -1,0 +1,121 @@
+//! The pool accounts in `replay`, `tune` and `compare` (text and `--json`): shown for traces
+//! that use private pools, agreeing with the commands' own peaks, and absent for the others.
+
+use cachalot_testkit::fixtures;
+use serde_json::Value;
+use std::process::Output;
+
+fn cachalot(args: &[&str]) -> Output {
+    cachalot_testkit::output(env!("CARGO_BIN_EXE_cachalot"), args)
+}
+
+fn stdout(args: &[&str]) -> String {
+    let out = cachalot(args);
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "cachalot {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn json(args: &[&str]) -> Value {
+    serde_json::from_str(&stdout(args)).unwrap()
+}
+
+/// The pools of an account, by kind: (reserved, live) of the default pools and of the rest.
+fn split(account: &Value) -> ((u64, u64), (u64, u64)) {
+    let mut default = (0, 0);
+    let mut private = (0, 0);
+    for p in account["pools"].as_array().unwrap() {
+        let r = (p["reserved"].as_u64().unwrap(), p["live"].as_u64().unwrap());
+        let to = if p["kind"] == "default" {
+            &mut default
+        } else {
+            &mut private
+        };
+        to.0 += r.0;
+        to.1 += r.1;
+    }
+    (default, private)
+}
+
+#[test]
+fn pool_traces_show_each_pools_share_of_the_peaks() {
+    let trace = fixtures().join("pools").join("example_graph_capture.csv");
+    let t = trace.to_str().unwrap();
+    // replay: the accounts' totals are the replay's own peaks.
+    let v = json(&["replay", t, "--capacity", "64M", "--json"]);
+    let acc = &v["pool_accounts"];
+    let (d, p) = split(&acc["at_peak_reserved"]);
+    assert_eq!(d.0 + p.0, v["peak"]["reserved_bytes"].as_u64().unwrap());
+    assert!(p.0 > 0, "the graph pool holds part of the peak: {acc}");
+    let (d, p) = split(&acc["at_peak_allocated"]);
+    assert_eq!(d.1 + p.1, v["peak"]["allocated_bytes"].as_u64().unwrap());
+    let end = &acc["at_end"]["empty_cache"];
+    let kept = ["releasable", "kept_next_to_live", "kept_referenced"]
+        .map(|k| end[k].as_u64().unwrap())
+        .iter()
+        .sum::<u64>();
+    let (d, p) = split(&acc["at_end"]);
+    assert_eq!(
+        kept,
+        d.0 + p.0 - d.1 - p.1,
+        "free bytes = given back + kept"
+    );
+    let text = stdout(&["replay", t, "--capacity", "64M"]);
+    assert!(text.contains("was in graph pool (1, 0)"), "{text}");
+    assert!(
+        text.contains("empty_cache() at the end: gives back"),
+        "{text}"
+    );
+
+    // tune: the recommended configuration's account peaks where its row says.
+    let v = json(&["tune", t, "--capacity", "64M", "--json", "-q"]);
+    let rec = &v["pool_accounts"]["recommended"]["at_peak_reserved"];
+    let best = &v["ranking"][0]["result"];
+    assert_eq!(v["ranking"][0]["PYTORCH_CUDA_ALLOC_CONF"], v["best"]);
+    let (d, p) = split(rec);
+    assert_eq!(d.0 + p.0, best["peak_reserved"].as_u64().unwrap());
+    let text = stdout(&["tune", t, "--capacity", "64M", "-q"]);
+    assert!(
+        text.contains("pools with the recommended configuration"),
+        "{text}"
+    );
+
+    // compare: every row has its account.
+    let v = json(&[
+        "compare",
+        t,
+        "--capacity",
+        "64M",
+        "--conf",
+        "expandable_segments:True",
+        "--no-min-capacity",
+        "--json",
+        "-q",
+    ]);
+    for row in v["rows"].as_array().unwrap() {
+        let (d, p) = split(&row["pool_accounts"]["at_peak_reserved"]);
+        assert_eq!(d.0 + p.0, row["result"]["peak_reserved"].as_u64().unwrap());
+    }
+}
+
+#[test]
+fn traces_without_pools_print_no_pool_accounts() {
+    let trace = fixtures()
+        .join("traces")
+        .join("cs336_wedsonlin_medium_ctx1024_inference.csv.gz");
+    let t = trace.to_str().unwrap();
+    for args in [
+        vec!["replay", t, "--capacity", "2G"],
+        vec!["tune", t, "--capacity", "2G", "-q", "--top", "2"],
+        vec!["compare", t, "--capacity", "2G", "--no-min-capacity", "-q"],
+    ] {
+        let text = stdout(&args);
+        assert!(!text.contains("pools"), "{args:?}: {text}");
+        let mut with_json = args.clone();
+        with_json.push("--json");
+        assert!(!stdout(&with_json).contains("pool_accounts"), "{args:?}");
+    }
+}
