@@ -119,3 +119,46 @@ fn traces_without_pools_print_no_pool_accounts() {
         assert!(!stdout(&with_json).contains("pool_accounts"), "{args:?}");
     }
 }
+
+/// vllm#49151's shape (`tests/fixtures/pool_accounts/mempool_growth.csv`): 2 GiB of weights
+/// in the default pools, then inside `use_mem_pool` 40 steps that each allocate a tensor
+/// 10 MiB larger than the last (200 … 590 MiB) and free the last one. No cached block fits the
+/// next request, so the pool grows by a segment per step while its live tensors stay one or
+/// two; `empty_cache()` keeps all of it while the pool is referenced. The expected numbers are
+/// the sums of those sizes (torch 2.15's allocator, the oracle, gives the same peak).
+#[test]
+fn a_growing_mempool_is_named_with_what_empty_cache_keeps() {
+    const MIB: u64 = 1 << 20;
+    let trace = fixtures().join("pool_accounts").join("mempool_growth.csv");
+    let t = trace.to_str().unwrap();
+    let v = json(&["replay", t, "--capacity", "24G", "--json"]);
+    let acc = &v["pool_accounts"]["at_peak_reserved"];
+    let pool = acc["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["mempool_id"] == serde_json::json!([0, 1]))
+        .unwrap();
+    let segments: u64 = (0..40).map(|k| (200 + 10 * k) * MIB).sum();
+    let live = (580 + 590) * MIB;
+    assert_eq!(pool["reserved"].as_u64().unwrap(), segments);
+    assert_eq!(pool["live"].as_u64().unwrap(), live);
+    assert_eq!(pool["kept_referenced"].as_u64().unwrap(), segments - live);
+    assert_eq!(pool["releasable"].as_u64().unwrap(), 0);
+    assert_eq!(pool["status"], "open");
+    assert_eq!(acc["reserved"].as_u64().unwrap(), 2048 * MIB + segments);
+    // At the end the pool is released and emptied: only the weights are left.
+    let end = &v["pool_accounts"]["at_end"];
+    assert_eq!(end["reserved"].as_u64().unwrap(), 2048 * MIB);
+    let own = &v["pool_accounts"]["own_peak_reserved"][1];
+    assert_eq!(own["peak_reserved"].as_u64().unwrap(), segments);
+    let text = stdout(&["replay", t, "--capacity", "24G"]);
+    assert!(
+        text.contains("of the 17.43 GiB peak reserved, 15.43 GiB (89%) was in MemPool (0, 1); it held 1.14 GiB of live tensors then"),
+        "{text}"
+    );
+    assert!(
+        text.contains("MemPool (0, 1) keeps 14.29 GiB free"),
+        "{text}"
+    );
+}
