@@ -83,6 +83,15 @@ fn pool_traces_show_each_pools_share_of_the_peaks() {
         "{text}"
     );
 
+    // tune --min-capacity: the account of the search at the capacity found.
+    let v = json(&["tune", t, "--min-capacity", "--json", "-q"]);
+    let m = &v["tune"];
+    let (d, p) = split(&m["pool_accounts"]["recommended"]["at_peak_reserved"]);
+    assert_eq!(
+        d.0 + p.0,
+        m["ranking"][0]["result"]["peak_reserved"].as_u64().unwrap()
+    );
+
     // compare: every row has its account.
     let v = json(&[
         "compare",

@@ -67,14 +67,23 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let traces = &w.traces;
     if a.min_capacity {
         let r = min_capacity(traces, &opts)?;
+        let pools = match &r.tune {
+            Some(t) => crate::cmd::compare::tune_pools(traces, t)?,
+            None => None,
+        };
         progress.finish();
         if a.common.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&text::min_capacity_json(&r))?
-            );
+            let mut v = text::min_capacity_json(&r);
+            if let (Some(p), Some(m)) = (&pools, v.get_mut("tune").and_then(|t| t.as_object_mut()))
+            {
+                m.insert("pool_accounts".into(), p.json());
+            }
+            println!("{}", serde_json::to_string_pretty(&v)?);
         } else {
             print!("{}", text::min_capacity_text(&r, &src));
+            if let Some(p) = &pools {
+                print!("{}", p.text());
+            }
         }
         a.common.stats_line(
             format_args!(
