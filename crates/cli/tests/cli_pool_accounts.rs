@@ -171,3 +171,30 @@ fn a_growing_mempool_is_named_with_what_empty_cache_keeps() {
         "{text}"
     );
 }
+
+/// `pool_oom_held`: a MemPool keeps a free 40 MiB segment while referenced, so a 70 MiB
+/// request fails on a 100 MiB device. The account after that out-of-memory names the pool:
+/// the retry freed what it could, and the 40 MiB are held by the referenced pool.
+#[test]
+fn after_an_out_of_memory_the_account_names_the_pool_that_holds_the_memory() {
+    let trace = fixtures().join("pools").join("pool_oom_held.csv");
+    let t = trace.to_str().unwrap();
+    let v = json(&["replay", t, "--capacity", "100M", "--json"]);
+    assert_eq!(v["num_ooms"], 1);
+    let acc = &v["pool_accounts"]["at_first_oom"];
+    assert_eq!(acc["reserved"].as_u64().unwrap(), 40 << 20);
+    assert_eq!(acc["empty_cache"]["releasable"], 0);
+    assert_eq!(
+        acc["empty_cache"]["kept_referenced"].as_u64().unwrap(),
+        40 << 20
+    );
+    let text = stdout(&["replay", t, "--capacity", "100M"]);
+    assert!(
+        text.contains("pools after the first out-of-memory (line 6): 40.00 MiB reserved"),
+        "{text}"
+    );
+    assert!(
+        text.contains("MemPool (0, 1) keeps 40.00 MiB free"),
+        "{text}"
+    );
+}

@@ -506,6 +506,65 @@ fn bytes(n: u64) -> String {
     if n == 0 { "0".into() } else { format_size(n) }
 }
 
+/// One line per pool that holds memory: reserved, live, status.
+fn shares_text(acc: &PoolAccount) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for s in &acc.pools {
+        if s.reserved == 0 && !s.id.is_default() {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "  {:<22} {:>10} reserved, {:>10} live  ({})",
+            s.name(),
+            format_size(s.reserved),
+            format_size(s.live),
+            s.status.describe()
+        );
+    }
+    out
+}
+
+/// The account after operation `op_index` of `trace` replayed under `opts` (one replay up to
+/// it); `None` when the replay does not get there or the backend keeps no pools.
+pub fn account_at(
+    trace: &LoadedTrace,
+    opts: &ReplayOptions,
+    op_index: usize,
+) -> Option<PoolAccount> {
+    let prefix = ReplayOptions {
+        accounts_at: vec![op_index],
+        pool_peaks: false,
+        log_segments: false,
+        history_entries: None,
+        snapshot_at_end: false,
+        empty_cache_at_end: false,
+        sample_every: 0,
+        max_oom_reports: 0,
+        ..opts.clone()
+    };
+    let accounts = match replay(trace, &prefix) {
+        Ok(r) => r.accounts,
+        Err(e) => e.report.map(|r| r.accounts).unwrap_or_default(),
+    };
+    accounts.into_iter().next()
+}
+
+/// Where the memory was right after an out-of-memory, for people: the out-of-memory retry
+/// has already freed what `empty_cache` frees, so what is left is live, next to live blocks,
+/// or held by referenced pools.
+pub fn oom_account_text(acc: &PoolAccount) -> String {
+    let mut out = format!(
+        "pools after the first out-of-memory (line {}): {} reserved\n",
+        acc.line,
+        format_size(acc.reserved())
+    );
+    out.push_str(&shares_text(acc));
+    out.push_str(&empty_cache_text("then", acc));
+    out
+}
+
 /// Text for people: the accounts at the peaks and at the end, and each pool's own peak.
 pub fn pool_peaks_text(p: &PoolPeaks) -> String {
     use std::fmt::Write as _;
@@ -525,19 +584,7 @@ pub fn pool_peaks_text(p: &PoolPeaks) -> String {
             format_size(total),
             acc.line
         );
-        for s in &acc.pools {
-            if s.reserved == 0 && !s.id.is_default() {
-                continue;
-            }
-            let _ = writeln!(
-                out,
-                "  {:<22} {:>10} reserved, {:>10} live  ({})",
-                s.name(),
-                format_size(s.reserved),
-                format_size(s.live),
-                s.status.describe()
-            );
-        }
+        out.push_str(&shares_text(acc));
         let pct = |part: u64| 100.0 * part as f64 / total.max(1) as f64;
         for s in acc.private().filter(|s| s.reserved > 0) {
             let _ = if what == "peak reserved" {

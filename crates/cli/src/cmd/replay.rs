@@ -7,7 +7,9 @@ use anyhow::{Context, Result};
 use cachalot_core::config::{self, Settings};
 use cachalot_replay::diagnose::diagnose;
 use cachalot_replay::input::check_window;
-use cachalot_replay::pool_account::{pool_peaks, pool_peaks_json, pool_peaks_text};
+use cachalot_replay::pool_account::{
+    account_at, account_json, oom_account_text, pool_peaks, pool_peaks_json, pool_peaks_text,
+};
 use cachalot_replay::report::{ReportMeta, report_json, summary_text, write_segments};
 use cachalot_replay::{LoadOptions, LoadedInput, ReplayOptions, load_input, replay};
 use cachalot_sim::SimConfig;
@@ -194,6 +196,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // Where the trace uses pools: each pool's share at the peaks, and what empty_cache can
     // give back (one more replay, up to the peaks).
     let pools = pool_peaks(trace, &opts, &report)?;
+    // And after the first out-of-memory: what the pools held when the retry could free no more.
+    let at_oom = match (&pools, report.ooms.events.first()) {
+        (Some(_), Some(oom)) => account_at(trace, &opts, oom.op_index),
+        _ => None,
+    };
     if let Some(path) = &a.segments {
         write_atomic(path, |w| write_segments(w, &report.segments))
             .with_context(|| format!("cannot write segments file {}", path.display()))?;
@@ -216,7 +223,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         if let Some(m) = v.as_object_mut() {
             m.insert("memory_stats".into(), memory_stats_json(&report.stats));
             if let Some(p) = &pools {
-                m.insert("pool_accounts".into(), pool_peaks_json(p));
+                let mut v = pool_peaks_json(p);
+                if let Some(acc) = &at_oom {
+                    v["at_first_oom"] = account_json(acc);
+                }
+                m.insert("pool_accounts".into(), v);
             }
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -266,6 +277,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .describe_line(d.line)
             .map(|what| format!("line {} = {what}", d.line));
         print!("{d}");
+    }
+    if let Some(acc) = &at_oom {
+        print!("{}", oom_account_text(acc));
     }
     Ok(exit_status(&report, false))
 }
