@@ -10,6 +10,14 @@ Under a pluggable allocator torch's own `torch.cuda.memory_stats()` and friends 
 signatures and results. The allocator is the C interface of cachalot's native module (the same
 shared object as the rest of the package). Out-of-memory raises `torch.OutOfMemoryError` with
 torch's message, as with torch's own allocator.
+
+torch 2.15 also refuses `torch.cuda.MemPool()` under a pluggable allocator ("pluggable does not
+yet support createOrIncrefPool"). A program with MemPools keeps torch's own allocator and gives
+cachalot's memory to the pools instead:
+
+    pool = torch.cuda.MemPool(cachalot.torch.mempool_allocator().allocator())
+    with torch.cuda.use_mem_pool(pool): ...           # torch caches and splits in the pool
+    cachalot.torch.mempool_allocator_stats()          # what torch holds from cachalot
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ __all__ = [
     "memory_snapshot",
     "memory_stats",
     "memory_summary",
+    "mempool_allocator",
+    "mempool_allocator_stats",
     "record_memory_history",
     "reset_accumulated_memory_stats",
     "reset_peak_memory_stats",
@@ -49,12 +59,17 @@ __all__ = [
 _lock = threading.Lock()
 _used: dict[str, Any] = {}
 _allocator: list[Any] = []  # the CUDAPluggableAllocator use() made
+_mempool: dict[str, Any] = {}
 _DEVICES = ("cuda", "sim")
 
 
 def _library() -> ctypes.CDLL:
     lib = ctypes.CDLL(_native.__file__)  # the handle Python already holds
-    for name in ("cachalot_memory_stats_json", "cachalot_memory_summary"):
+    for name in (
+        "cachalot_memory_stats_json",
+        "cachalot_memory_summary",
+        "cachalot_segment_stats_json",
+    ):
         getattr(lib, name).restype = ctypes.c_char_p
         getattr(lib, name).argtypes = [ctypes.c_int]
     lib.cachalot_dump_snapshot.restype = ctypes.c_int
@@ -63,7 +78,12 @@ def _library() -> ctypes.CDLL:
     lib.cachalot_record_history.argtypes = [ctypes.c_size_t]
     lib.cachalot_last_error.restype = ctypes.c_char_p
     lib.cachalot_backend.restype = ctypes.c_char_p
-    for name in ("cachalot_reset_peak_stats", "cachalot_reset_accumulated_stats"):
+    lib.cachalot_device_kind.restype = ctypes.c_char_p
+    for name in (
+        "cachalot_reset_peak_stats",
+        "cachalot_reset_accumulated_stats",
+        "cachalot_segment_reset_peak_stats",
+    ):
         getattr(lib, name).argtypes = [ctypes.c_int]
         getattr(lib, name).restype = None
     return lib
@@ -93,6 +113,11 @@ def use(conf: str | None = None, device: str = "cuda") -> None:
             raise RuntimeError(
                 f"cachalot.torch.use() was already called with {_used}; the allocator cannot "
                 "change once in use"
+            )
+        if _mempool:
+            raise RuntimeError(
+                "mempool_allocator() gave cachalot's memory to torch's MemPools, which torch 2.15 "
+                "refuses under a pluggable process allocator; use() cannot follow it"
             )
         if _torch.cuda.is_initialized():
             raise RuntimeError(
@@ -145,6 +170,61 @@ def enable_graph_pools(allocator: Any = None, library: str | None = None) -> Non
         allocator = _allocator[0]
     hooks = allocator.allocator() if hasattr(allocator, "allocator") else allocator
     graph_pools.enable(hooks, library or _native.__file__)
+
+
+def mempool_allocator(device: str = "cuda") -> Any:
+    """cachalot as the allocator of `torch.cuda.MemPool`s: a CUDAPluggableAllocator whose
+    `.allocator()` goes to `torch.cuda.MemPool(...)`. torch's own allocator stays the process's
+    and caches and splits in the pool as usual; each segment it asks for is one device
+    allocation of exactly that size from cachalot, given back to the device as soon as torch
+    frees it (`empty_cache()` after `del pool`), never cached twice. Out of memory is torch's
+    to raise (`torch.OutOfMemoryError`, after torch freed its cache and retried).
+
+    device: as in `use()` ("cuda", or "sim" for cachalot's simulated GPU). The same object is
+    returned each time. Not with `use()`: torch refuses MemPools under a pluggable process
+    allocator."""
+    if device not in _DEVICES:
+        raise ValueError(f"device={device!r}: expected one of {', '.join(_DEVICES)}")
+    with _lock:
+        if _used:
+            raise RuntimeError(
+                "cachalot.torch.use() made cachalot the process's allocator, and torch 2.15 "
+                'refuses torch.cuda.MemPool() under a pluggable allocator ("pluggable does not '
+                "yet support createOrIncrefPool\"). For MemPools keep torch's own allocator and "
+                "pass mempool_allocator().allocator() to torch.cuda.MemPool instead of use()."
+            )
+        if _mempool:
+            if _mempool["device"] != device:
+                raise RuntimeError(
+                    f"mempool_allocator() was already called with device={_mempool['device']!r}"
+                )
+            return _mempool["allocator"]
+        # Read by the library when it starts (here, unless something started it before).
+        os.environ["CACHALOT_DEVICE"] = device
+        kind = _lib.cachalot_device_kind()
+        if kind is None:
+            raise RuntimeError(f"cachalot could not start: {_error()}")
+        if kind.decode() != device:
+            raise RuntimeError(
+                f"cachalot's library already started with device={kind.decode()!r} in this "
+                f"process; it cannot also serve device={device!r}"
+            )
+        alloc = _torch.cuda.memory.CUDAPluggableAllocator(
+            _native.__file__, "cachalot_segment_malloc", "cachalot_segment_free"
+        )
+        _mempool.update(device=device, allocator=alloc)
+        return alloc
+
+
+def mempool_allocator_stats(device: Any = None) -> dict[str, Any]:
+    """What torch holds from `mempool_allocator()` on `device`, with `memory_stats()`'s keys:
+    each segment torch has is one allocation and one segment of its size (small pool if at
+    most 2 MiB), so `reserved_bytes.all.current` is the bytes of all MemPool segments torch
+    holds from cachalot; `num_device_alloc`/`num_device_free` count the device calls."""
+    raw = _lib.cachalot_segment_stats_json(_index(device))
+    if raw is None:
+        raise RuntimeError(_error())
+    return collections.OrderedDict(sorted(json.loads(raw).items()))
 
 
 def is_used() -> bool:

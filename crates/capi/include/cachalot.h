@@ -77,6 +77,26 @@ int cachalot_empty_cache_pool(int device, uint64_t first, uint64_t second);
 /* getPoolUseCount, or -1 if there is no such pool. */
 int cachalot_pool_use_count(int device, uint64_t first, uint64_t second);
 
+/* cachalot as the allocator OF a torch.cuda.MemPool, with torch's own allocator as the
+ * process's (torch then rounds, caches and splits on top):
+ *   alloc = torch.cuda.memory.CUDAPluggableAllocator(
+ *       "libcachalot_capi.so", "cachalot_segment_malloc", "cachalot_segment_free")
+ *   pool = torch.cuda.MemPool(alloc.allocator())
+ * Each call is one device allocation of exactly `size` bytes (a segment of torch's pool), freed
+ * at once by cachalot_segment_free; nothing is cached or split here, and these segments are
+ * apart from cachalot_malloc's. Out of memory returns NULL (torch frees its cache, retries and
+ * raises its own OutOfMemoryError); any other failure raises RuntimeError inside PyTorch and
+ * is NULL elsewhere, with the reason in cachalot_last_error(). A pointer it did not hand out
+ * is reported and counted (cachalot_unknown_frees), not fatal. */
+void *cachalot_segment_malloc(size_t size, int device, cachalot_stream_t stream);
+void cachalot_segment_free(void *ptr, size_t size, int device, cachalot_stream_t stream);
+/* What torch holds from cachalot_segment_malloc on `device`, as cachalot_memory_stats_json's
+ * keys: each live segment is one allocation and one segment of its size (small pool if at most
+ * 2 MiB), so reserved_bytes = allocated_bytes = the bytes torch holds. */
+const char *cachalot_segment_stats_json(int device);
+/* Its peaks become the current values. */
+void cachalot_segment_reset_peak_stats(int device);
+
 /* What torch's pluggable interface cannot give. Returned strings stay valid until the same
  * thread's next call of a function returning a string; NULL on failure. */
 
@@ -111,6 +131,10 @@ const char *cachalot_last_error(void);
 /* "native", "cudaMallocAsync" or "uncached" (a static string); NULL if the library could not
  * start (see cachalot_last_error). */
 const char *cachalot_backend(void);
+
+/* "cuda" or "sim": where memory comes from (CACHALOT_DEVICE, read when the library starts,
+ * which this call does); NULL if the library could not start. A static string. */
+const char *cachalot_device_kind(void);
 
 #ifdef __cplusplus
 }

@@ -29,6 +29,7 @@
 mod host;
 mod pools;
 mod report;
+mod segments;
 mod state;
 
 use std::ffi::{CStr, c_char, c_double, c_int, c_void};
@@ -351,6 +352,26 @@ pub extern "C" fn cachalot_last_error() -> *const c_char {
         "cachalot_last_error",
         c"internal error".as_ptr(),
         report::last_error,
+    )
+}
+
+/// Where memory comes from: `cuda` or `sim` (`CACHALOT_DEVICE`, read when the library starts,
+/// which this call does), or NULL if the library could not start. A static string.
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_device_kind() -> *const c_char {
+    guard(
+        "cachalot_device_kind",
+        std::ptr::null(),
+        || match Global::get() {
+            Ok(g) => match g.kind {
+                state::Kind::Cuda => c"cuda".as_ptr(),
+                state::Kind::Sim => c"sim".as_ptr(),
+            },
+            Err(e) => {
+                set_error(&e);
+                std::ptr::null()
+            }
+        },
     )
 }
 

@@ -1,5 +1,7 @@
 //! The library's process-wide state: the settings read from the environment once, one
-//! allocator per device opened on first use, and the counters of reported misuse.
+//! allocator per device opened on first use, one segment source per device for
+//! `torch.cuda.MemPool(allocator)` (see `segments`), also opened on first use, and the
+//! counters of reported misuse.
 //!
 //! Environment:
 //! - `PYTORCH_CUDA_ALLOC_CONF` / `PYTORCH_ALLOC_CONF` / `CACHALOT_ALLOC_CONF` /
@@ -13,10 +15,15 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use cachalot::{Allocator, Device, Settings, SimConfig, SimDevice, parse_byte_size};
+use cachalot::{
+    Allocator, AsyncAllocator, Device, DirectMode, Settings, SimConfig, SimDevice, parse_byte_size,
+};
 
 /// The allocator type behind every device: real or simulated, chosen at run time.
 pub type Alloc = Allocator<Box<dyn Device>>;
+
+/// A device's segment source: core's direct allocator in [`DirectMode::Segments`].
+pub type Segments = AsyncAllocator<Box<dyn Device>>;
 
 /// Device ordinals the library serves (torch's `c10::Device` index is an `int8_t`).
 pub const MAX_DEVICES: usize = 64;
@@ -36,6 +43,7 @@ pub struct Global {
     pub settings: Settings,
     sim_capacity: u64,
     devices: [OnceLock<Result<Alloc, String>>; MAX_DEVICES],
+    segment_sources: [OnceLock<Result<Segments, String>>; MAX_DEVICES],
     /// Frees of pointers no allocator knows.
     pub unknown_frees: AtomicU64,
     /// Device count torch passed to the init hook (0 until then).
@@ -48,6 +56,14 @@ pub struct Global {
 }
 
 static GLOBAL: OnceLock<Result<Global, String>> = OnceLock::new();
+
+/// `index` as a slot of the device tables, or why not.
+fn ordinal(index: i32) -> Result<usize, String> {
+    usize::try_from(index)
+        .ok()
+        .filter(|&i| i < MAX_DEVICES)
+        .ok_or_else(|| format!("device index {index} out of range 0..{MAX_DEVICES}"))
+}
 
 impl Global {
     fn from_env() -> Result<Global, String> {
@@ -78,6 +94,7 @@ impl Global {
             settings,
             sim_capacity,
             devices: std::array::from_fn(|_| OnceLock::new()),
+            segment_sources: std::array::from_fn(|_| OnceLock::new()),
             unknown_frees: AtomicU64::new(0),
             init_device_count: AtomicU64::new(0),
             dump_lock: Mutex::new(()),
@@ -94,16 +111,19 @@ impl Global {
             .map_err(Clone::clone)
     }
 
-    fn open(&self, index: usize) -> Result<Alloc, String> {
-        let device: Box<dyn Device> = match self.kind {
+    /// Device `index`, real or simulated. A simulated one takes the address range of
+    /// simulated ordinal `slot`: the allocators' devices are slots `0..MAX_DEVICES` (device 0
+    /// where the oracle's fake device puts memory, the others above it, so that an address
+    /// names its device: record_stream has no device), the segment sources' the slots above
+    /// those, so that no two hand out the same address.
+    fn new_device(&self, index: usize, slot: usize) -> Result<Box<dyn Device>, String> {
+        Ok(match self.kind {
             Kind::Sim => {
-                // Device 0 sits where the oracle's fake device puts memory; the others above
-                // it, so that an address names its device (record_stream has no device).
                 let config =
-                    SimConfig::device_of_many(index, self.sim_capacity).ok_or_else(|| {
+                    SimConfig::device_of_many(slot, self.sim_capacity).ok_or_else(|| {
                         format!(
                             "a simulated device of CACHALOT_SIM_CAPACITY={} bytes asks for 8 times \
-                         that in addresses, and devices 0..{index} leave too few below 2^64 \
+                         that in addresses, and the {slot} before it leave too few below 2^64 \
                          for this one; use a smaller capacity or fewer devices",
                             self.sim_capacity
                         )
@@ -111,7 +131,11 @@ impl Global {
                 Box::new(SimDevice::new(config))
             }
             Kind::Cuda => Box::new(cachalot::CudaDevice::new(index).map_err(|e| e.to_string())?),
-        };
+        })
+    }
+
+    fn open(&self, index: usize) -> Result<Alloc, String> {
+        let device = self.new_device(index, index)?;
         let alloc = Allocator::with_index(&self.settings, device, index as u32)
             .map_err(|e| e.to_string())?;
         let history = *self.history.lock().unwrap_or_else(|e| e.into_inner());
@@ -125,13 +149,28 @@ impl Global {
     /// The allocator of device `index`, opened on first use. A device that cannot be opened
     /// is reported once, when first asked for; later calls only return the error.
     pub fn device(&self, index: i32) -> Result<&Alloc, String> {
-        let i = usize::try_from(index)
-            .ok()
-            .filter(|&i| i < MAX_DEVICES)
-            .ok_or_else(|| format!("device index {index} out of range 0..{MAX_DEVICES}"))?;
+        let i = ordinal(index)?;
         self.devices[i]
             .get_or_init(|| {
                 self.open(i)
+                    .map_err(|e| format!("device {i}: {e}"))
+                    .inspect_err(|e| crate::report::report(e))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The segment source of device `index` (`torch.cuda.MemPool(allocator)`), opened on first
+    /// use; errors as for [`Global::device`].
+    pub fn segment_source(&self, index: i32) -> Result<&Segments, String> {
+        let i = ordinal(index)?;
+        self.segment_sources[i]
+            .get_or_init(|| {
+                self.new_device(i, MAX_DEVICES + i)
+                    .and_then(|d| {
+                        Segments::with_index(&self.settings.conf, DirectMode::Segments, d, i as u32)
+                            .map_err(|e| e.to_string())
+                    })
                     .map_err(|e| format!("device {i}: {e}"))
                     .inspect_err(|e| crate::report::report(e))
             })

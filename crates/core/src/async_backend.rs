@@ -18,6 +18,15 @@
 //!   (`max_split_size` is the configured one), and a failed `cudaMalloc` is a device error, not an
 //!   out-of-memory error (torch raises `CUDA error: out of memory` through `C10_CUDA_CHECK`).
 //!
+//! A third mode is not a torch backend but a source of segments for a caching allocator above
+//! it, torch's own under `torch.cuda.MemPool(allocator)`, which rounds, caches and splits what it
+//! gets ([`DirectMode::Segments`]): device calls as without caching (exact size, freed at once),
+//! but a failed `cudaMalloc` stays [`DeviceError::OutOfMemory`] (the allocator above frees its
+//! cache and retries, as after its own failed `cudaMalloc`), and the statistics count what is
+//! handed out: each live request is one allocation and one segment of its size (small pool
+//! if at most [`SMALL_BUFFER`], the segment size of torch's small pool), so `allocated_bytes`
+//! equals `reserved_bytes`, the bytes the allocator above holds.
+//!
 //! ```
 //! use cachalot_core::async_backend::{AsyncAllocator, DirectMode};
 //! use cachalot_core::{AllocConf, StreamId};
@@ -39,6 +48,7 @@ use rustc_hash::FxHashMap;
 use crate::config::AllocConf;
 use crate::error::AllocError;
 use crate::oom::format_size;
+use crate::size::SMALL_BUFFER;
 use crate::stats::DeviceStats;
 
 /// Which direct backend an [`AsyncAllocator`] is.
@@ -48,14 +58,19 @@ pub enum DirectMode {
     StreamOrdered,
     /// `PYTORCH_NO_CUDA_MEMORY_CACHING=1`: plain `cudaMalloc`/`cudaFree`, no caching.
     Uncached,
+    /// Segments for a caching allocator above (`torch.cuda.MemPool(allocator)`): plain
+    /// `cudaMalloc`/`cudaFree`, out-of-memory retryable, statistics counted.
+    Segments,
 }
 
 impl DirectMode {
-    /// The name torch reports (`torch.cuda.get_allocator_backend()`).
+    /// The name torch reports (`torch.cuda.get_allocator_backend()`); `segments` is not a
+    /// torch backend.
     pub fn name(self) -> &'static str {
         match self {
             DirectMode::StreamOrdered => "cudaMallocAsync",
             DirectMode::Uncached => "native",
+            DirectMode::Segments => "segments",
         }
     }
 }
@@ -114,8 +129,9 @@ struct Direct<D> {
     used: u64,
     /// `pytorch_memory_limits`.
     limit: u64,
-    /// Statistics for [`DirectMode::Uncached`] (torch's native allocator, never touched).
-    uncached_stats: DeviceStats,
+    /// Statistics of the modes without a driver pool: for [`DirectMode::Uncached`] torch's
+    /// native allocator's, never touched; for [`DirectMode::Segments`] the live segments.
+    counted: DeviceStats,
     /// `record_stream` calls on an allocation's own stream (torch warns: no effect).
     redundant_record_streams: u64,
 }
@@ -139,7 +155,7 @@ impl<D: Device> AsyncAllocator<D> {
         device: D,
         index: u32,
     ) -> Result<Self, AllocError> {
-        let uncached_stats = DeviceStats {
+        let counted = DeviceStats {
             max_split_size: if conf.max_split_size == u64::MAX {
                 -1
             } else {
@@ -155,7 +171,7 @@ impl<D: Device> AsyncAllocator<D> {
                 live: FxHashMap::default(),
                 used: 0,
                 limit: u64::MAX,
-                uncached_stats,
+                counted,
                 redundant_record_streams: 0,
             }),
         })
@@ -187,6 +203,11 @@ impl<D: Device> AsyncAllocator<D> {
                 e => e,
             })?,
             DirectMode::StreamOrdered => s.malloc_async(size, stream)?,
+            DirectMode::Segments => {
+                let p = s.device.malloc(size)?;
+                s.count_segment(size, true);
+                p
+            }
         };
         s.live.insert(
             ptr,
@@ -213,6 +234,10 @@ impl<D: Device> AsyncAllocator<D> {
         let (size, stream) = (u.size, u.stream);
         match s.mode {
             DirectMode::Uncached => s.device.free(ptr, size)?,
+            DirectMode::Segments => {
+                s.device.free(ptr, size)?;
+                s.count_segment(size, false);
+            }
             DirectMode::StreamOrdered => {
                 let recorded = std::mem::take(&mut s.live.get_mut(&ptr).expect("found").recorded);
                 if let Err(e) = s.device.free_async(ptr, size, stream, &recorded) {
@@ -227,14 +252,15 @@ impl<D: Device> AsyncAllocator<D> {
     }
 
     /// Marks the allocation at `ptr` as used on `stream` too (`Tensor.record_stream`). On its
-    /// own stream this has no effect (torch warns); with no caching it has no effect at all.
+    /// own stream this has no effect (torch warns); with no caching (and for segments, which
+    /// are freed only when the allocator above frees them) it has no effect at all.
     pub fn record_stream(&self, ptr: u64, stream: StreamId) -> Result<(), AllocError> {
         let mut s = self.lock();
         let mode = s.mode;
         let Some(u) = s.live.get_mut(&ptr) else {
             return Err(AllocError::InvalidPointer { ptr });
         };
-        if mode == DirectMode::Uncached {
+        if mode != DirectMode::StreamOrdered {
             return Ok(());
         }
         if u.stream == stream {
@@ -247,12 +273,13 @@ impl<D: Device> AsyncAllocator<D> {
 
     /// `torch.cuda.empty_cache()`: synchronizes the device and trims the pool to nothing.
     /// With no caching there is nothing to release (torch still counts a
-    /// `num_sync_all_streams`).
+    /// `num_sync_all_streams`); a segment source has nothing to release either.
     pub fn empty_cache(&self) -> Result<(), AllocError> {
         let mut s = self.lock();
         match s.mode {
             DirectMode::StreamOrdered => s.device.trim(0)?,
-            DirectMode::Uncached => s.uncached_stats.num_sync_all_streams += 1,
+            DirectMode::Uncached => s.counted.num_sync_all_streams += 1,
+            DirectMode::Segments => {}
         }
         Ok(())
     }
@@ -260,8 +287,8 @@ impl<D: Device> AsyncAllocator<D> {
     /// The statistics torch reports for this backend (see the module documentation).
     pub fn stats(&self) -> Result<DeviceStats, AllocError> {
         let mut s = self.lock();
-        if s.mode == DirectMode::Uncached {
-            return Ok(s.uncached_stats.clone());
+        if s.mode != DirectMode::StreamOrdered {
+            return Ok(s.counted.clone());
         }
         let u = s.device.pool_usage()?;
         let mut st = DeviceStats::default();
@@ -284,7 +311,7 @@ impl<D: Device> AsyncAllocator<D> {
         let mut s = self.lock();
         match s.mode {
             DirectMode::StreamOrdered => s.device.reset_pool_peaks()?,
-            DirectMode::Uncached => s.uncached_stats.reset_peak(),
+            DirectMode::Uncached | DirectMode::Segments => s.counted.reset_peak(),
         }
         Ok(())
     }
@@ -295,8 +322,8 @@ impl<D: Device> AsyncAllocator<D> {
         let mut s = self.lock();
         match s.mode {
             DirectMode::StreamOrdered => false,
-            DirectMode::Uncached => {
-                s.uncached_stats.reset_accumulated();
+            DirectMode::Uncached | DirectMode::Segments => {
+                s.counted.reset_accumulated();
                 true
             }
         }
@@ -304,7 +331,7 @@ impl<D: Device> AsyncAllocator<D> {
 
     /// `torch.cuda.set_per_process_memory_fraction()`: with `backend:cudaMallocAsync`, limits
     /// the bytes torch counts to `fraction` × device capacity (1 = the capacity). No effect
-    /// without caching. Values outside [0, 1] are rejected.
+    /// without caching or on a segment source. Values outside [0, 1] are rejected.
     pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), AllocError> {
         if !(0.0..=1.0).contains(&fraction) {
             return Err(AllocError::InvalidMemoryFraction { fraction });
@@ -354,6 +381,33 @@ impl<D: Device> AsyncAllocator<D> {
 }
 
 impl<D: Device> Direct<D> {
+    /// [`DirectMode::Segments`]' statistics: a segment of `size` bytes handed out (`add`) or
+    /// given back, as one allocation filling one segment.
+    fn count_segment(&mut self, size: u64, add: bool) {
+        let small = size <= SMALL_BUFFER;
+        let st = &mut self.counted;
+        for (array, n) in [
+            (&mut st.allocation, 1),
+            (&mut st.segment, 1),
+            (&mut st.active, 1),
+            (&mut st.allocated_bytes, size),
+            (&mut st.reserved_bytes, size),
+            (&mut st.active_bytes, size),
+            (&mut st.requested_bytes, size),
+        ] {
+            if add {
+                array.increase(small, n);
+            } else {
+                array.decrease(small, n);
+            }
+        }
+        if add {
+            st.num_device_alloc += 1;
+        } else {
+            st.num_device_free += 1;
+        }
+    }
+
     /// torch 2.15's `mallocAsync`: limit check, one device call, and on out-of-memory one
     /// retry after a synchronize and trim.
     fn malloc_async(&mut self, size: u64, stream: StreamId) -> Result<u64, AllocError> {
@@ -515,5 +569,61 @@ mod tests {
             ]
         );
         assert_eq!(a.mode().name(), "native");
+    }
+
+    #[test]
+    fn segments_are_exact_device_calls_counted_as_held() {
+        let a = alloc(DirectMode::Segments, 64 * MIB);
+        let small = a.malloc(2 * MIB, StreamId(2)).unwrap();
+        let large = a.malloc(20 * MIB, StreamId::DEFAULT).unwrap();
+        a.record_stream(small, StreamId(4)).unwrap();
+        let st = a.stats().unwrap();
+        for array in [&st.reserved_bytes, &st.allocated_bytes, &st.active_bytes] {
+            assert_eq!(array.all().current, (22 * MIB) as i64);
+            assert_eq!(
+                array.get(crate::StatType::SmallPool).current,
+                (2 * MIB) as i64
+            );
+            assert_eq!(
+                array.get(crate::StatType::LargePool).current,
+                (20 * MIB) as i64
+            );
+        }
+        assert_eq!(st.segment.all().current, 2);
+        assert_eq!(st.allocation.all().current, 2);
+        assert_eq!(st.inactive_split_bytes.all().current, 0);
+        assert_eq!(st.num_device_alloc, 2);
+        // Out of memory stays retryable (the allocator above frees its cache and retries)
+        // and changes nothing.
+        assert_eq!(
+            a.malloc(64 * MIB, StreamId::DEFAULT),
+            Err(AllocError::Device(DeviceError::OutOfMemory))
+        );
+        assert_eq!(a.stats().unwrap(), st);
+        a.empty_cache().unwrap();
+        assert_eq!(a.stats().unwrap(), st, "nothing cached, nothing released");
+        a.free(large).unwrap();
+        assert_eq!(
+            a.free(large),
+            Err(AllocError::InvalidPointer { ptr: large })
+        );
+        a.free(small).unwrap();
+        let st = a.stats().unwrap();
+        assert_eq!(st.reserved_bytes.all().current, 0);
+        assert_eq!(st.reserved_bytes.all().peak, (22 * MIB) as i64);
+        assert_eq!(st.segment.all().freed, 2);
+        assert_eq!(st.num_device_free, 2);
+        assert_eq!(
+            ops(&a),
+            [
+                (Op::CudaMalloc, 2 * MIB, 0),
+                (Op::CudaMalloc, 20 * MIB, 0),
+                (Op::CudaMalloc, 64 * MIB, 2),
+                (Op::CudaFree, 20 * MIB, 0),
+                (Op::CudaFree, 2 * MIB, 0)
+            ]
+        );
+        a.reset_peak_stats().unwrap();
+        assert_eq!(a.stats().unwrap().reserved_bytes.all().peak, 0);
     }
 }
