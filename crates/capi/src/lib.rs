@@ -14,6 +14,10 @@
 //! cannot give: torch's `memory_stats` as JSON, `memory_summary`, and a snapshot pickle for
 //! `https://pytorch.org/memory_viz`.
 //!
+//! A second pair, `cachalot_segment_malloc`/`cachalot_segment_free` (see `segments`), is for
+//! the other way round: torch's own allocator as the process's, cachalot as the allocator of a
+//! `torch.cuda.MemPool`, handing out whole segments that torch caches and splits.
+//!
 //! Every entry point catches panics (none crosses into C) and reports failures on stderr (best
 //! effort: a closed or full stderr loses only the message) and through [`cachalot_last_error`],
 //! never by aborting, also on a thread that is exiting (see `report`). Inside PyTorch a failed
