@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 
 use crate::cost::CostModel;
-use crate::measure::{Evaluated, Outcome, RankKey, evaluate, measure};
-use crate::space::{Candidate, Roundup, SearchSpace, Settings, dedup};
+use crate::measure::{Evaluated, Metrics, Outcome, RankKey, evaluate, measure};
+use crate::space::{Candidate, Roundup, SearchSpace, Settings, Twins, dedup};
 use crate::{AdvisorError, Workload, check_capacity, check_trace, with_pool};
 
 /// Progress of a search, for a progress bar.
@@ -117,6 +117,9 @@ pub struct SearchStats {
     pub replays: usize,
     /// Replays cut short because they could no longer reach the best `top`.
     pub cut_short: usize,
+    /// Configurations given the numbers of a twin's replay instead of their own
+    /// ([`crate::space::Twins`]).
+    pub shared: usize,
     /// Wall time of the search.
     pub elapsed: Duration,
 }
@@ -314,6 +317,8 @@ pub fn tune_with_seeds(
         top,
         keys: Vec::new(),
     });
+    let twins = Twins::new(trace, &space, opts.capacity)?;
+    let shared = Shared::default();
     let replays = std::sync::atomic::AtomicUsize::new(0);
     let cut = std::sync::atomic::AtomicUsize::new(0);
     let tick = |t: Tick| {
@@ -344,16 +349,25 @@ pub fn tune_with_seeds(
                 },
             );
         tick(Tick::Added(seed_cands.len()));
+        let seed_outcomes = shared.evaluate(&seed_cands, &twins, |candidate| {
+            let metrics = measure(trace, candidate, opts.capacity, &opts.cost)?;
+            replays.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(Outcome::Done(metrics))
+        })?;
         let seed_results: Vec<Evaluated> = seed_cands
-            .par_iter()
-            .map(|candidate| {
-                let candidate = candidate.clone();
-                let metrics = measure(trace, &candidate, opts.capacity, &opts.cost)?;
-                replays.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            .iter()
+            .zip(seed_outcomes)
+            .map(|(candidate, out)| {
                 tick(Tick::Done);
-                Ok(Evaluated { candidate, metrics })
+                match out {
+                    Outcome::Done(metrics) => Evaluated {
+                        candidate: candidate.clone(),
+                        metrics,
+                    },
+                    Outcome::Cut { .. } => unreachable!("seeds are replayed without a threshold"),
+                }
             })
-            .collect::<Result<_, AdvisorError>>()?;
+            .collect();
         {
             let mut l = lock(&leaders);
             for e in &seed_results {
@@ -376,33 +390,39 @@ pub fn tune_with_seeds(
             |a, b| a.metrics.key() == b.metrics.key(),
             |cands, _best| {
                 tick(Tick::Added(cands.len()));
-                cands
-                    .into_par_iter()
-                    .map(|c| {
-                        let beaten = |k: &RankKey| lock(&leaders).beats(k, &c);
-                        let out = evaluate(trace, &c, opts.capacity, &opts.cost, Some(&beaten))?;
-                        replays.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let outcomes = shared.evaluate(&cands, &twins, |c| {
+                    let beaten = |k: &RankKey| lock(&leaders).beats(k, c);
+                    let out = evaluate(trace, c, opts.capacity, &opts.cost, Some(&beaten))?;
+                    replays.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    match &out {
+                        Outcome::Done(metrics) => {
+                            lock(&leaders).insert((metrics.key(), c.complexity, c.label.clone()))
+                        }
+                        Outcome::Cut { .. } => {
+                            cut.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                    Ok(out)
+                })?;
+                let mut l = lock(&leaders);
+                Ok(cands
+                    .into_iter()
+                    .zip(outcomes)
+                    .map(|(c, out)| {
                         tick(Tick::Done);
-                        Ok(match out {
+                        match out {
                             Outcome::Done(metrics) => {
-                                lock(&leaders).insert((
-                                    metrics.key(),
-                                    c.complexity,
-                                    c.label.clone(),
-                                ));
+                                l.insert((metrics.key(), c.complexity, c.label.clone()));
                                 let e = Evaluated {
                                     candidate: c.clone(),
                                     metrics,
                                 };
                                 (c, Some(e))
                             }
-                            Outcome::Cut { .. } => {
-                                cut.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                (c, None)
-                            }
-                        })
+                            Outcome::Cut { .. } => (c, None),
+                        }
                     })
-                    .collect::<Result<Vec<_>, AdvisorError>>()
+                    .collect())
             },
         )?;
         let ranking: Vec<Evaluated> = found.into_iter().map(|(_, e)| e).collect();
@@ -428,7 +448,92 @@ pub fn tune_with_seeds(
     result.stats = SearchStats {
         replays: replays.into_inner(),
         cut_short: cut.into_inner(),
+        shared: shared.count.into_inner(),
         elapsed: start.elapsed(),
     };
     Ok(result)
+}
+
+/// The numbers of replays finished so far, by twin class ([`Twins::class_of`]).
+#[derive(Default)]
+struct Shared {
+    known: Mutex<std::collections::HashMap<Settings, Metrics>>,
+    /// Candidates answered without a replay of their own.
+    count: std::sync::atomic::AtomicUsize,
+}
+
+impl Shared {
+    /// The outcome of each of `cands`, in order: one replay (`replay_one`, in parallel) per
+    /// twin class not finished before, of its simplest member, whose outcome the others
+    /// share. A candidate outside the search space is its own class. When the simplest
+    /// member is cut short, so are its twins: they end with the same key, which ranks after
+    /// it, and the threshold it lost to only gets tighter.
+    fn evaluate(
+        &self,
+        cands: &[Candidate],
+        twins: &Twins,
+        replay_one: impl Fn(&Candidate) -> Result<Outcome, AdvisorError> + Sync,
+    ) -> Result<Vec<Outcome>, AdvisorError> {
+        let class: Vec<Option<Settings>> = cands
+            .iter()
+            .map(|c| c.settings.map(|s| twins.class_of(&s)))
+            .collect();
+        // For each candidate: the index in `reps` of the replay that answers it, or `None`
+        // when a finished replay of its class already does.
+        let mut answer: Vec<Option<usize>> = Vec::with_capacity(cands.len());
+        let mut reps: Vec<usize> = Vec::new();
+        {
+            let known = lock_known(&self.known);
+            let mut first: std::collections::HashMap<Settings, usize> = Default::default();
+            for (i, k) in class.iter().enumerate() {
+                let Some(k) = k else {
+                    answer.push(Some(reps.len()));
+                    reps.push(i);
+                    continue;
+                };
+                if known.contains_key(k) {
+                    answer.push(None);
+                } else if let Some(&r) = first.get(k) {
+                    if cands[i].order_key() < cands[reps[r]].order_key() {
+                        reps[r] = i;
+                    }
+                    answer.push(Some(r));
+                } else {
+                    first.insert(*k, reps.len());
+                    answer.push(Some(reps.len()));
+                    reps.push(i);
+                }
+            }
+        }
+        let outcomes: Vec<Outcome> = reps
+            .par_iter()
+            .map(|&i| replay_one(&cands[i]))
+            .collect::<Result<_, _>>()?;
+        let mut known = lock_known(&self.known);
+        for (&i, out) in reps.iter().zip(&outcomes) {
+            if let (Some(k), Outcome::Done(m)) = (class[i], out) {
+                known.insert(k, m.clone());
+            }
+        }
+        self.count.fetch_add(
+            cands.len() - reps.len(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        Ok(answer
+            .iter()
+            .zip(&class)
+            .map(|(a, k)| match (a, k) {
+                (Some(r), _) => outcomes[*r].clone(),
+                (None, Some(k)) => Outcome::Done(known[k].clone()),
+                (None, None) => unreachable!("a candidate without a class is replayed"),
+            })
+            .collect())
+    }
+}
+
+fn lock_known(
+    m: &Mutex<std::collections::HashMap<Settings, Metrics>>,
+) -> std::sync::MutexGuard<'_, std::collections::HashMap<Settings, Metrics>> {
+    // A panic elsewhere leaves the map usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -16,6 +16,7 @@ use std::fmt;
 
 use cachalot_core::AllocConf;
 use cachalot_core::config::parse_pytorch;
+use cachalot_core::size::request_sizes;
 use cachalot_replay::TraceOp;
 
 use crate::AdvisorError;
@@ -363,6 +364,122 @@ impl SearchSpace {
             v.extend(self.values(dim, base));
         }
         dedup(v)
+    }
+}
+
+/// Points of the search space that provably replay alike on one workload at one capacity
+/// ("twins"): the search replays one of them and gives its numbers to the others. The proof
+/// is from the trace alone, over what the allocator reads of each option:
+///
+/// - `roundup_power2_divisions` is read only where a request is rounded (`round_size`), so
+///   two choices that round every request of the workload to the same block and segment
+///   sizes replay alike; each choice stands for the first such one (unset first).
+/// - `max_split_size_mb` (and `max_non_split_rounding_mb`, read only for requests of at
+///   least `max_split_size_mb`) acts only on blocks or requests of at least that size: the
+///   oversize refusals of the best fit, the no-split rule, the oversize release before a
+///   retry, and the oversize statistics (which no ranking number reads). Without expandable
+///   segments a block is never larger than its segment, and a segment is the segment size
+///   of one request. So when every request whose segment size fits on the device (larger
+///   ones can never get a segment) asks for a segment smaller than `max_split_size_mb`,
+///   no block ever reaches it, no request served reaches it, and a request that does can
+///   find no block and no oversize block to release under either setting: the option
+///   replays as unset. With expandable segments blocks grow with their segment, and with
+///   private pools the rule is not applied, so those keep their own replays.
+///
+/// `crates/advisor/tests/twins.rs` replays every twin in full on the fixtures and checks that
+/// its numbers are its class's.
+#[derive(Clone, Debug)]
+pub struct Twins {
+    /// Each `roundup_power2_divisions` choice and the first choice that rounds alike.
+    roundup_alias: Vec<(Roundup, Roundup)>,
+    /// For each choice that stands for others: the largest segment size a request can be
+    /// given on the device (`None`: no request can get one).
+    largest_segment: Vec<(Roundup, Option<u64>)>,
+    /// Whether the `max_split_size_mb` rule applies (no pool rows in any part).
+    split_rule: bool,
+}
+
+impl Twins {
+    /// The twin classes of `space` on `trace` at `capacity` bytes.
+    pub fn new(
+        trace: &dyn crate::Workload,
+        space: &SearchSpace,
+        capacity: u64,
+    ) -> Result<Self, AdvisorError> {
+        let mut sizes: Vec<u64> = trace
+            .parts()
+            .iter()
+            .flat_map(|t| &t.ops)
+            .filter_map(|op| match *op {
+                TraceOp::Alloc { size, .. } => Some(size),
+                TraceOp::Free { .. } | TraceOp::Pool { .. } => None,
+            })
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let mut choices: Vec<(Roundup, AllocConf)> = Vec::new();
+        for r in std::iter::once(Roundup::Off).chain(space.roundup.iter().copied()) {
+            let s = Settings {
+                roundup: r,
+                ..Settings::DEFAULT
+            };
+            choices.push((r, Candidate::from_settings(s)?.conf));
+        }
+        let mut roundup_alias = Vec::new();
+        let mut largest_segment = Vec::new();
+        for (i, (r, conf)) in choices.iter().enumerate() {
+            let alike = |other: &AllocConf| {
+                sizes
+                    .iter()
+                    .all(|&size| request_sizes(size, conf) == request_sizes(size, other))
+            };
+            let alias = choices[..i]
+                .iter()
+                .find(|(a, other)| roundup_alias.contains(&(*a, *a)) && alike(other))
+                .map_or(*r, |(a, _)| *a);
+            roundup_alias.push((*r, alias));
+            if alias == *r {
+                let largest = sizes
+                    .iter()
+                    .filter_map(|&size| request_sizes(size, conf).map(|(_, segment)| segment))
+                    .filter(|&segment| segment <= capacity)
+                    .max();
+                largest_segment.push((*r, largest));
+            }
+        }
+        let split_rule = trace.parts().iter().all(|t| !t.stats.has_pool_rows);
+        Ok(Twins {
+            roundup_alias,
+            largest_segment,
+            split_rule,
+        })
+    }
+
+    /// The point that stands for `s`'s class: `s` with its options that provably act like
+    /// others (or like unset) replaced by those.
+    pub fn class_of(&self, s: &Settings) -> Settings {
+        let mut k = *s;
+        if let Some(&(_, alias)) = self.roundup_alias.iter().find(|(r, _)| *r == s.roundup) {
+            k.roundup = alias;
+        }
+        if let Some(m) = k.max_split_mb
+            && self.split_rule
+            && !k.expandable
+        {
+            let largest = self
+                .largest_segment
+                .iter()
+                .find(|(r, _)| *r == k.roundup)
+                .map(|&(_, l)| l);
+            // `None` from the search: a choice not in the space keeps its own replay.
+            if let Some(largest) = largest
+                && largest.is_none_or(|l| l < m.saturating_mul(1 << 20))
+            {
+                k.max_split_mb = None;
+                k.non_split_mb = None;
+            }
+        }
+        k
     }
 }
 

@@ -114,8 +114,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     a.common.stats_line(
         format_args!(
-            "{} configurations, {} replays ({} cut short once beaten)",
-            r.searched, r.stats.replays, r.stats.cut_short
+            "{} configurations, {} replays ({} cut short once beaten; {} configurations given \
+             the numbers of one that provably replays alike)",
+            r.searched, r.stats.replays, r.stats.cut_short, r.stats.shared
         ),
         start,
     );
