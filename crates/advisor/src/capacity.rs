@@ -97,16 +97,107 @@ pub fn verified_upper_bound(
     Ok(Some(big))
 }
 
-/// Bisection on the grid: `lo` does not fit (proven or replayed), `hi` fits (replayed).
+/// What every device that runs the workload under one configuration without out-of-memory
+/// must hold, so that a smaller one is known not to fit without a replay.
+///
+/// Each block handed out is at least the request rounded (`round_size`), so at the moment
+/// the rounded sizes of the live requests peak, a run without out-of-memory has at least
+/// that much allocated, inside its reserved memory. Reserved memory never exceeds the
+/// device; with `per_process_memory_fraction` below 1, every growth is refused that would
+/// take reserved memory plus the request's segment size past the fraction's limit, and an
+/// expandable growth maps whole pages (`large_segment_size` at most), so reserved memory
+/// stays below the limit plus one page. Only for torch's caching allocator (the other
+/// backends round differently).
+struct Floor {
+    /// The peak, over the parts, of the live requests' rounded sizes (`None`: no rule).
+    peak_rounded: Option<u64>,
+    fraction: f64,
+    page_slack: u64,
+}
+
+impl Floor {
+    fn new(trace: &dyn Workload, conf: &AllocConf) -> Self {
+        let peak_rounded = (conf.backend == cachalot_core::config::Backend::Native).then(|| {
+            trace
+                .parts()
+                .iter()
+                .map(|t| peak_rounded_of(t, conf))
+                .max()
+                .unwrap_or(0)
+        });
+        Floor {
+            peak_rounded,
+            fraction: conf.per_process_memory_fraction,
+            page_slack: if conf.expandable_segments {
+                conf.large_segment_size
+            } else {
+                0
+            },
+        }
+    }
+
+    /// Whether a device of `capacity` bytes is proven too small.
+    fn rules_out(&self, capacity: u64) -> bool {
+        let Some(peak) = self.peak_rounded else {
+            return false;
+        };
+        let limit = if self.fraction < 1.0 {
+            ((self.fraction * capacity as f64).round() as u64).saturating_add(self.page_slack)
+        } else {
+            capacity
+        };
+        peak > limit
+    }
+
+    /// [`fits`], answered without a replay where the floor rules the capacity out.
+    fn fits(
+        &self,
+        trace: &dyn Workload,
+        conf: &AllocConf,
+        capacity: u64,
+    ) -> Result<bool, AdvisorError> {
+        if self.rules_out(capacity) {
+            return Ok(false);
+        }
+        fits(trace, conf, capacity)
+    }
+}
+
+/// The most bytes live at once as `conf` rounds the requests (zero-size requests take none).
+fn peak_rounded_of(trace: &LoadedTrace, conf: &AllocConf) -> u64 {
+    let mut sizes = vec![0u64; trace.slots as usize];
+    let (mut live, mut peak) = (0u64, 0u64);
+    for op in &trace.ops {
+        match *op {
+            TraceOp::Alloc { slot, size, .. } if size > 0 => {
+                // A size past rounding is an out-of-memory anywhere; it takes nothing here.
+                let rounded = cachalot_core::size::round_size(size, conf).unwrap_or(0);
+                sizes[slot as usize] = rounded;
+                live = live.saturating_add(rounded);
+                peak = peak.max(live);
+            }
+            TraceOp::Free { slot, .. } => {
+                live = live.saturating_sub(std::mem::take(&mut sizes[slot as usize]));
+            }
+            TraceOp::Alloc { .. } | TraceOp::Pool { .. } => {}
+        }
+    }
+    peak
+}
+
+/// Bisection on the grid: `lo` does not fit (proven or replayed), `hi` fits (replayed). A
+/// midpoint the [`Floor`] rules out is not replayed: the replay could only say it does not
+/// fit, so the bisection takes the same steps.
 fn bisect(
     trace: &dyn Workload,
     conf: &AllocConf,
     mut lo: u64,
     mut hi: u64,
 ) -> Result<u64, AdvisorError> {
+    let floor = Floor::new(trace, conf);
     while hi - lo > STEP {
         let mid = lo + (hi - lo) / STEP / 2 * STEP;
-        if fits(trace, conf, mid)? {
+        if floor.fits(trace, conf, mid)? {
             hi = mid;
         } else {
             lo = mid;
@@ -281,7 +372,9 @@ impl CapacitySearch<'_> {
         let Some(bound) = bound else {
             return min_capacity_above(self.trace, conf, self.lo);
         };
-        if bound <= self.lo + STEP || !fits(self.trace, conf, bound - STEP)? {
+        if bound <= self.lo + STEP
+            || !Floor::new(self.trace, conf).fits(self.trace, conf, bound - STEP)?
+        {
             return Ok(None);
         }
         Ok(Some(bisect(self.trace, conf, self.lo, bound - STEP)?))
@@ -346,5 +439,39 @@ mod tests {
         assert_eq!(c, 192 << 20);
         assert!(fits(&t, &conf, c).unwrap());
         assert!(!fits(&t, &conf, c - STEP).unwrap());
+    }
+
+    #[test]
+    fn the_floor_rules_out_only_devices_that_run_out_of_memory() {
+        // At the largest grid capacity the floor rules out, a replay runs out of memory.
+        let mut beyond_old_bound = 0;
+        for name in ["gpt2-train", "resnet50-train", "cs336_magma"] {
+            let p = cachalot_testkit::fixture("traces").join(format!("{name}.csv.gz"));
+            let t = cachalot_replay::load_path(&p).unwrap();
+            for conf in [
+                "",
+                "expandable_segments:True",
+                "roundup_power2_divisions:4",
+                "garbage_collection_threshold:0.6,per_process_memory_fraction:0.95",
+                "expandable_segments:True,garbage_collection_threshold:0.8,per_process_memory_fraction:0.99",
+                "expandable_segments:True,per_process_memory_fraction:0.5",
+                "max_split_size_mb:64,per_process_memory_fraction:0.7",
+            ] {
+                let conf = Candidate::parse(conf).unwrap().conf;
+                let floor = Floor::new(&t, &conf);
+                let mut c = STEP;
+                while floor.rules_out(c + STEP) {
+                    c += STEP;
+                }
+                if !floor.rules_out(c) {
+                    continue;
+                }
+                assert!(!fits(&t, &conf, c).unwrap(), "{name} {conf:?} at {c}");
+                if c > proven_too_small(&t) {
+                    beyond_old_bound += 1;
+                }
+            }
+        }
+        assert!(beyond_old_bound >= 6, "{beyond_old_bound}");
     }
 }
