@@ -12,7 +12,7 @@
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
-use cachalot_core::AllocConf;
+use cachalot_core::{AllocConf, MempoolId};
 use cachalot_sim::SimConfig;
 use cachalot_torchfmt::{
     EventKind, EventOptions, Recorded, ReplayEvents, Snapshot, SnapshotError, WindowStart,
@@ -20,7 +20,7 @@ use cachalot_torchfmt::{
 };
 use cachalot_trace::{PtrId, Record, StreamKey, TraceError};
 
-use crate::load::{LoadedTrace, TraceBuilder};
+use crate::load::{LoadedTrace, TraceBuilder, TracePool};
 
 /// Why an input could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -280,6 +280,72 @@ pub struct WindowCheck {
     /// The workload `replay`, `tune` and `compare` replay ([`WindowStart::Live`]: the live
     /// blocks placed by the configuration): bytes allocated at its end, and its peak.
     pub placed: (u64, u64),
+    /// The same end state for each private pool the replay or the snapshot has segments of.
+    pub pools: Vec<PoolCheck>,
+}
+
+/// One private pool's end state in the reconstruction check: (replay, snapshot) each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolCheck {
+    /// The pool.
+    pub pool: MempoolId,
+    /// Segments.
+    pub segments: (u64, u64),
+    /// Requested bytes of the active blocks.
+    pub requested: (u64, u64),
+    /// Bytes in allocated blocks.
+    pub allocated: (u64, u64),
+    /// Bytes reserved.
+    pub reserved: (u64, u64),
+}
+
+impl PoolCheck {
+    /// Whether the pool ends as at the snapshot.
+    pub fn matches(&self) -> bool {
+        self.segments.0 == self.segments.1
+            && self.requested.0 == self.requested.1
+            && self.allocated.0 == self.allocated.1
+            && self.reserved.0 == self.reserved.1
+    }
+}
+
+/// Each private pool's end state in the replay next to the snapshot's.
+fn pool_checks(r: &crate::ReplayReport, rec: &Recorded) -> Vec<PoolCheck> {
+    fn at(out: &mut Vec<PoolCheck>, pool: MempoolId) -> &mut PoolCheck {
+        let i = match out.iter().position(|p| p.pool == pool) {
+            Some(i) => i,
+            None => {
+                out.push(PoolCheck {
+                    pool,
+                    segments: (0, 0),
+                    requested: (0, 0),
+                    allocated: (0, 0),
+                    reserved: (0, 0),
+                });
+                out.len() - 1
+            }
+        };
+        &mut out[i]
+    }
+    let mut out: Vec<PoolCheck> = Vec::new();
+    for p in r.pools.iter().filter(|p| !p.segments.is_empty()) {
+        let c = at(&mut out, p.id);
+        for s in &p.segments {
+            c.segments.0 += 1;
+            c.requested.0 += s.requested_size;
+            c.allocated.0 += s.allocated_size;
+            c.reserved.0 += s.total_size;
+        }
+    }
+    for p in &rec.pools {
+        let c = at(&mut out, p.pool);
+        c.segments.1 = p.segments;
+        c.requested.1 = p.requested;
+        c.allocated.1 = p.allocated;
+        c.reserved.1 = p.reserved;
+    }
+    out.sort_by_key(|c| c.pool);
+    out
 }
 
 impl WindowCheck {
@@ -298,9 +364,13 @@ impl WindowCheck {
         self.reserved.0 == self.reserved.1
     }
 
-    /// Whether the replay ends in the snapshot's state: requested, allocated and reserved.
+    /// Whether the replay ends in the snapshot's state: requested, allocated and reserved,
+    /// overall and in each private pool.
     pub fn matches(&self) -> bool {
-        self.requested_matches() && self.allocated_matches() && self.reserved_matches()
+        self.requested_matches()
+            && self.allocated_matches()
+            && self.reserved_matches()
+            && self.pools.iter().all(PoolCheck::matches)
     }
 }
 
@@ -352,7 +422,25 @@ impl std::fmt::Display for WindowCheck {
             size(self.peak_allocated),
             size(self.placed.0),
             size(self.placed.1)
-        )
+        )?;
+        for p in &self.pools {
+            write!(
+                f,
+                "; private pool {}: {} (segments replay {} snapshot {}, requested {} / {}, \
+                 allocated {} / {}, reserved {} / {})",
+                p.pool,
+                verdict(p.matches()),
+                p.segments.0,
+                p.segments.1,
+                p.requested.0,
+                p.requested.1,
+                p.allocated.0,
+                p.allocated.1,
+                p.reserved.0,
+                p.reserved.1
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -444,12 +532,23 @@ pub fn check_window(
         peak_allocated: peak,
         ooms: r.ooms.count,
         placed,
+        pools: pool_checks(&r, rec),
     }))
 }
 
-/// Builds the replayable trace of a snapshot's events.
+/// Builds the replayable trace of a snapshot's events. Its pools keep the snapshot's ids
+/// (`MempoolId`), including a graph's `(n, 0)` next to a `MemPool`'s `(0, n)`, which the
+/// trace numbering alone (one number per pool) could not tell apart.
 pub fn trace_from_events(events: &ReplayEvents) -> LoadedTrace {
     let mut b = TraceBuilder::new();
+    let mut numbers: rustc_hash::FxHashMap<MempoolId, u64> = Default::default();
+    let mut ids = Vec::new();
+    let mut number = |pool: MempoolId| {
+        *numbers.entry(pool).or_insert_with(|| {
+            ids.push(pool);
+            ids.len() as u64
+        })
+    };
     for (i, e) in events.events.iter().enumerate() {
         let record = match e.kind {
             EventKind::Allocate => Record::Alloc {
@@ -460,11 +559,47 @@ pub fn trace_from_events(events: &ReplayEvents) -> LoadedTrace {
             EventKind::Free => Record::Free {
                 ptr: PtrId::from_raw(e.addr),
             },
-            EventKind::EmptyCache => Record::EmptyCache { pool: None },
+            EventKind::EmptyCache if e.pool.is_default() => Record::EmptyCache { pool: None },
+            EventKind::EmptyCache => Record::EmptyCache {
+                pool: Some(number(e.pool)),
+            },
+            EventKind::PoolBegin => Record::PoolBegin {
+                pool: number(e.pool),
+                stream: None,
+            },
+            EventKind::GraphBegin => Record::GraphBegin {
+                pool: number(e.pool),
+                stream: None,
+            },
+            EventKind::PoolEnd => Record::PoolEnd {
+                pool: number(e.pool),
+            },
+            EventKind::GraphEnd => Record::GraphEnd {
+                pool: number(e.pool),
+            },
+            EventKind::PoolRelease => Record::PoolRelease {
+                pool: number(e.pool),
+            },
         };
         b.push(i as u64 + 2, record);
     }
-    b.finish()
+    let mut trace = b.finish();
+    for p in &mut trace.pools {
+        // Numbered 1, 2, … above; the events open each pool before any other row names it.
+        let id = ids[p.number as usize - 1];
+        *p = if id.first != 0 {
+            TracePool {
+                number: id.first,
+                graph: true,
+            }
+        } else {
+            TracePool {
+                number: id.second,
+                graph: false,
+            }
+        };
+    }
+    trace
 }
 
 /// Reads a torch memory snapshot file (pickle or JSON, plain or gzip) as a stream: the

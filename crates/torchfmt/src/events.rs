@@ -18,26 +18,47 @@
 //! ([`EventOptions::WORKLOAD`]): the requests that failed (`oom` entries) are requests the
 //! program made, and a ring-buffer window is completed with the allocations live at its
 //! start, reconstructed from the snapshot's final blocks and the window's frees.
+//!
+//! Private pools (`crate::routing`): every allocation goes to the pool its entry names, by
+//! the oracle's pool rows around it: `pool_begin`/`pool_end` (every stream) for a `MemPool`'s
+//! `(0, n)`, `graph_begin`/`graph_end` for a graph's `(n, 0)`, opened before the first
+//! allocation of a run into one pool and closed before the next allocation elsewhere. At a
+//! pool's release point its references are dropped (`pool_release`: one for a `MemPool`, one
+//! per capture for a graph) and its free segments given back (`empty_cache` of the pool), as
+//! `del pool` does.
 
 use std::io::{self, Write};
 
-use cachalot_core::TraceAction;
+use cachalot_core::{MempoolId, TraceAction};
 use rustc_hash::FxHashMap;
 
 use crate::SnapshotError;
 use crate::model::Snapshot;
+use crate::routing::Routing;
 use crate::window::{self, Step};
 
-/// An allocation, a free, or the cache given back.
+/// An allocation, a free, the cache given back, or a private pool's routing and release
+/// (the oracle's rows of the same names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
     /// `allocate`.
     Allocate,
     /// `free`.
     Free,
-    /// `empty_cache` (address, size and stream 0): where the history shows the allocator
-    /// giving cached segments back ([`WindowStart::Layout`] only).
+    /// `empty_cache` of the whole cache ([`ReplayEvent::pool`] the default pools: where the
+    /// history shows the allocator giving cached segments back, [`WindowStart::Layout`]
+    /// only) or of one private pool (at its release point).
     EmptyCache,
+    /// `pool_begin` of a `MemPool` for every stream (made at its first begin).
+    PoolBegin,
+    /// `pool_end`: routing stops and the begin's reference is dropped.
+    PoolEnd,
+    /// `graph_begin` of a graph's pool for every stream (one reference per capture).
+    GraphBegin,
+    /// `graph_end`: routing stops; the graph keeps its reference.
+    GraphEnd,
+    /// `pool_release`: one reference dropped.
+    PoolRelease,
 }
 
 /// One replayable event.
@@ -51,6 +72,8 @@ pub struct ReplayEvent {
     pub size: u64,
     /// Stream number, in order of first appearance.
     pub stream: u32,
+    /// The pool of a pool event or of `empty_cache` ([`MempoolId::DEFAULT`] otherwise).
+    pub pool: MempoolId,
 }
 
 /// The events of one device, and what the conversion had to leave out.
@@ -114,7 +137,22 @@ impl ReplayEvents {
             (EventKind::Free, Some(_)) => "free of a failed request (the lifetime model)",
             (EventKind::Allocate, None) => "alloc",
             (EventKind::Free, None) => "free_completed",
-            (EventKind::EmptyCache, _) => "segment_free: the cache given back",
+            (EventKind::EmptyCache, _) if e.pool.is_default() => {
+                "segment_free: the cache given back"
+            }
+            (EventKind::EmptyCache, _) => "segment_free: the pool's memory given back",
+            (EventKind::PoolBegin | EventKind::GraphBegin, _) => {
+                "alloc: the first of a run into a private pool, which the pool takes"
+            }
+            (EventKind::PoolEnd | EventKind::GraphEnd, _) => {
+                "alloc: the first after a run into a private pool, which it no longer takes"
+            }
+            (EventKind::PoolRelease, _) => "segment_free: the pool's last reference dropped",
+        };
+        let what = if e.pool.is_default() {
+            what.to_string()
+        } else {
+            format!("{what}; pool {}", e.pool)
         };
         Some(if window::is_filler(e.addr) {
             "a request that rebuilds the snapshot's segments as they were before the history's \
@@ -240,6 +278,15 @@ struct Builder<'a> {
     pending: std::collections::BinaryHeap<(u64, FailedRequest, u64, u32)>,
     /// The history entry being turned into events.
     entry: u32,
+    /// The private pool allocations go to now.
+    route: Option<MempoolId>,
+    /// References the events gave each private pool (a `MemPool`: 1; a graph: 1 per capture).
+    refs: FxHashMap<MempoolId, u32>,
+}
+
+/// Whether a pool id is a graph's (`(n, 0)`).
+fn is_graph(pool: MempoolId) -> bool {
+    pool.first != 0
 }
 
 impl Builder<'_> {
@@ -253,16 +300,64 @@ impl Builder<'_> {
     }
 
     fn push(&mut self, kind: EventKind, addr: u64, size: u64, stream: u32) {
+        self.push_pool(kind, addr, size, stream, MempoolId::DEFAULT);
+    }
+
+    fn push_pool(&mut self, kind: EventKind, addr: u64, size: u64, stream: u32, pool: MempoolId) {
         self.out.entries.push(self.entry);
         self.out.events.push(ReplayEvent {
             kind,
             addr,
             size,
             stream,
+            pool,
         });
     }
 
-    fn alloc(&mut self, addr: u64, size: u64, raw_stream: u64) {
+    /// Routes the next allocations to `pool`: closes the open pool, opens this one.
+    fn route_to(&mut self, pool: MempoolId) {
+        let wanted = (!pool.is_default()).then_some(pool);
+        if self.route == wanted {
+            return;
+        }
+        if let Some(open) = self.route.take() {
+            let end = if is_graph(open) {
+                EventKind::GraphEnd
+            } else {
+                EventKind::PoolEnd
+            };
+            self.push_pool(end, 0, 0, 0, open);
+        }
+        if let Some(p) = wanted {
+            let refs = self.refs.entry(p).or_insert(0);
+            let begin = if is_graph(p) {
+                *refs += 1;
+                EventKind::GraphBegin
+            } else {
+                *refs = 1;
+                EventKind::PoolBegin
+            };
+            self.push_pool(begin, 0, 0, 0, p);
+            self.route = Some(p);
+        }
+    }
+
+    /// Drops the references the events gave `pool` and gives its free segments back.
+    fn release(&mut self, pool: MempoolId) {
+        let Some(refs) = self.refs.remove(&pool) else {
+            return; // never made by these events: nothing of it to give back
+        };
+        if self.route == Some(pool) {
+            self.route_to(MempoolId::DEFAULT);
+        }
+        for _ in 0..refs {
+            self.push_pool(EventKind::PoolRelease, 0, 0, 0, pool);
+        }
+        self.push_pool(EventKind::EmptyCache, 0, 0, 0, pool);
+    }
+
+    fn alloc(&mut self, addr: u64, size: u64, raw_stream: u64, pool: MempoolId) {
+        self.route_to(pool);
         let stream = self.stream(raw_stream);
         if let Some(old) = self.live.insert(addr, size) {
             self.level -= old;
@@ -289,7 +384,8 @@ impl Builder<'_> {
         }
     }
 
-    fn failed(&mut self, size: u64, raw_stream: u64) {
+    fn failed(&mut self, size: u64, raw_stream: u64, pool: MempoolId) {
+        self.route_to(pool);
         let stream = self.stream(raw_stream);
         self.out.failed_requests += 1;
         let id = FailedRequest::nth(self.out.failed_requests);
@@ -334,15 +430,16 @@ pub fn replay_events_with(
         .entries
         .iter()
         .position(|e| e.action == TraceAction::Oom);
+    let routing = Routing::new(snap, device, &trace.entries)?;
     let before = match opts.window {
         WindowStart::Dropped => Vec::new(),
         WindowStart::Live | WindowStart::Layout => {
-            window::live_before(snap, device, &trace.entries)
+            window::live_before(snap, device, &trace.entries, &routing)
         }
     };
     let mut steps = None;
     if opts.window == WindowStart::Layout && !before.is_empty() {
-        match window::layout_steps(snap, device, &trace.entries, &before) {
+        match window::layout_steps(snap, device, &trace.entries, &before, &routing) {
             Ok(s) => steps = Some(s),
             Err(why) => out.layout_refused = Some(why),
         }
@@ -353,7 +450,7 @@ pub fn replay_events_with(
         _ => WindowStart::Live,
     };
     let releases = if steps.is_some() {
-        window::releases(&trace.entries)
+        window::releases(&trace.entries, &routing)
     } else {
         Default::default()
     };
@@ -364,9 +461,11 @@ pub fn replay_events_with(
         level: 0,
         pending: std::collections::BinaryHeap::new(),
         entry: ReplayEvents::NOT_RECORDED,
+        route: None,
+        refs: FxHashMap::default(),
     };
-    let live_step = |b: &mut Builder, addr: u64, size: u64, stream: u64| {
-        b.alloc(addr, size, stream);
+    let live_step = |b: &mut Builder, addr: u64, size: u64, stream: u64, pool: MempoolId| {
+        b.alloc(addr, size, stream, pool);
         b.out.reconstructed += 1;
         b.out.reconstructed_bytes += size as u128;
     };
@@ -379,12 +478,17 @@ pub fn replay_events_with(
                         size,
                         stream,
                         live: true,
-                    } => live_step(&mut b, id, size, stream),
+                        pool,
+                    } => live_step(&mut b, id, size, stream, pool),
                     Step::Alloc {
-                        id, size, stream, ..
+                        id,
+                        size,
+                        stream,
+                        pool,
+                        ..
                     } => {
                         b.out.layout_events += 1;
-                        b.alloc(id, size, stream);
+                        b.alloc(id, size, stream, pool);
                     }
                     Step::Free { id, stream } => {
                         b.out.layout_events += 1;
@@ -392,11 +496,12 @@ pub fn replay_events_with(
                     }
                 }
             }
-            b.out.start_segments = window::start_segment_count(snap, device, &trace.entries);
+            b.out.start_segments =
+                window::start_segment_count(snap, device, &trace.entries, &routing);
         }
         None => {
             for l in &before {
-                live_step(&mut b, l.addr, l.requested, l.stream);
+                live_step(&mut b, l.addr, l.requested, l.stream, l.pool);
             }
         }
     }
@@ -406,13 +511,19 @@ pub fn replay_events_with(
         if releases.contains(&i) {
             b.push(EventKind::EmptyCache, 0, 0, 0);
         }
+        for &pool in routing.released_before(i) {
+            b.release(pool);
+        }
         match e.action {
-            TraceAction::Alloc => b.alloc(e.addr, e.size, e.stream),
+            TraceAction::Alloc => b.alloc(e.addr, e.size, e.stream, routing.pool_of(e)),
             TraceAction::FreeCompleted => b.free(e.addr, e.size, e.stream),
-            TraceAction::Oom if opts.failed_requests => b.failed(e.size, e.stream),
+            TraceAction::Oom if opts.failed_requests => {
+                b.failed(e.size, e.stream, routing.pool_of(e))
+            }
             _ => b.out.other_entries += 1,
         }
     }
+    b.route_to(MempoolId::DEFAULT);
     // Entries past `until` still count as seen.
     out.other_entries += trace
         .entries
@@ -423,18 +534,64 @@ pub fn replay_events_with(
     Ok(out)
 }
 
+/// The number each private pool of `events` gets in a trace, where a pool is named by one
+/// number and the first row naming it fixes its kind (the oracle's rows): a `MemPool`'s
+/// `(0, n)` is `n`, a graph's `(n, 0)` is `n` unless a `MemPool` of the events has that
+/// number (torch counts the two kinds apart), in which case it gets the next number no
+/// pool of the events uses.
+pub fn pool_numbers(events: &[ReplayEvent]) -> FxHashMap<MempoolId, u64> {
+    let mut out = FxHashMap::default();
+    let pools = || events.iter().map(|e| e.pool).filter(|p| !p.is_default());
+    let taken: rustc_hash::FxHashSet<u64> = pools().map(|p| p.first.max(p.second)).collect();
+    let mempools: rustc_hash::FxHashSet<u64> = pools()
+        .filter(|p| !is_graph(*p))
+        .map(|p| p.second)
+        .collect();
+    let mut next = taken.iter().copied().max().unwrap_or(0);
+    for p in pools() {
+        out.entry(p).or_insert_with(|| {
+            if is_graph(p) && mempools.contains(&p.first) {
+                next = next.saturating_add(1);
+                next
+            } else {
+                p.first.max(p.second)
+            }
+        });
+    }
+    out
+}
+
 /// Writes events as an RMM memory-log CSV (`Thread,Time,Action,Pointer,Size,Stream`), as
 /// the reference conversions in `shared/traces/real` are written: thread 1, time = row
-/// number, pointer in hex.
+/// number, pointer in hex; pool rows name their pool by [`pool_numbers`] and open it for
+/// every stream (`*`).
 pub fn write_rmm_csv(mut w: impl Write, events: &[ReplayEvent]) -> io::Result<()> {
     writeln!(w, "Thread,Time,Action,Pointer,Size,Stream")?;
+    let numbers = pool_numbers(events);
     for (i, e) in events.iter().enumerate() {
-        let action = match e.kind {
-            EventKind::Allocate => "allocate",
-            EventKind::Free => "free",
-            EventKind::EmptyCache => "empty_cache",
+        let n = numbers.get(&e.pool).copied().unwrap_or(0);
+        let (action, stream) = match e.kind {
+            EventKind::Allocate | EventKind::Free => {
+                let action = if e.kind == EventKind::Allocate {
+                    "allocate"
+                } else {
+                    "free"
+                };
+                writeln!(w, "1,{i},{action},{:#x},{},{}", e.addr, e.size, e.stream)?;
+                continue;
+            }
+            EventKind::EmptyCache => ("empty_cache", "0"),
+            EventKind::PoolBegin => ("pool_begin", "*"),
+            EventKind::PoolEnd => ("pool_end", "0"),
+            EventKind::GraphBegin => ("graph_begin", "*"),
+            EventKind::GraphEnd => ("graph_end", "0"),
+            EventKind::PoolRelease => ("pool_release", "0"),
         };
-        writeln!(w, "1,{i},{action},{:#x},{},{}", e.addr, e.size, e.stream)?;
+        if e.kind == EventKind::EmptyCache && e.pool.is_default() {
+            writeln!(w, "1,{i},empty_cache,0x0,0,0")?;
+        } else {
+            writeln!(w, "1,{i},{action},{n},0,{stream}")?;
+        }
     }
     w.flush()
 }

@@ -20,7 +20,7 @@
 use std::fmt::{self, Write as _};
 
 use cachalot_core::size::{allocation_size, is_small, refuses_oversize};
-use cachalot_core::{AllocConf, BlockState, TraceAction, format_size};
+use cachalot_core::{AllocConf, BlockState, MempoolId, TraceAction, format_size};
 
 use crate::model::{Segment, Snapshot};
 
@@ -129,6 +129,23 @@ pub struct Recorded {
     pub reserved: u64,
     /// Requested bytes of the active blocks at the snapshot.
     pub requested: u64,
+    /// The same for each private pool with segments at the snapshot, by pool id.
+    pub pools: Vec<PoolMemory>,
+}
+
+/// What one private pool holds at a snapshot (its segments' `segment_pool_id`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolMemory {
+    /// The pool.
+    pub pool: MempoolId,
+    /// Its segments.
+    pub segments: u64,
+    /// Bytes in allocated blocks.
+    pub allocated: u64,
+    /// Bytes reserved.
+    pub reserved: u64,
+    /// Requested bytes of the active blocks.
+    pub requested: u64,
 }
 
 impl Recorded {
@@ -142,10 +159,35 @@ impl Recorded {
         let first = entries.iter().position(|e| is_oom(&e));
         let last = entries.iter().rposition(|e| is_oom(&e));
         let (mut allocated, mut reserved, mut requested) = (0, 0, 0);
+        let mut pools: Vec<PoolMemory> = Vec::new();
         for s in snap.device_segments(device) {
             allocated += s.allocated_size;
             reserved += s.total_size;
             requested += s.requested_size;
+            if s.pool.is_default() {
+                continue;
+            }
+            let i = match pools.binary_search_by_key(&s.pool, |p| p.pool) {
+                Ok(i) => i,
+                Err(i) => {
+                    pools.insert(
+                        i,
+                        PoolMemory {
+                            pool: s.pool,
+                            segments: 0,
+                            allocated: 0,
+                            reserved: 0,
+                            requested: 0,
+                        },
+                    );
+                    i
+                }
+            };
+            let p = &mut pools[i];
+            p.segments += 1;
+            p.allocated += s.allocated_size;
+            p.reserved += s.total_size;
+            p.requested += s.requested_size;
         }
         Recorded {
             device,
@@ -159,6 +201,7 @@ impl Recorded {
             allocated,
             reserved,
             requested,
+            pools,
         }
     }
 }

@@ -30,16 +30,17 @@ pub mod explain;
 pub mod json;
 pub mod model;
 pub mod pickle;
+mod routing;
 mod schema;
 pub mod summary;
 pub mod unpickle;
 mod window;
 
 pub use events::{
-    EventKind, EventOptions, FailedRequest, ReplayEvent, ReplayEvents, WindowStart, replay_events,
-    replay_events_with, write_rmm_csv,
+    EventKind, EventOptions, FailedRequest, ReplayEvent, ReplayEvents, WindowStart, pool_numbers,
+    replay_events, replay_events_with, write_rmm_csv,
 };
-pub use explain::{OomExplanation, OomRequest, Recorded, capacity_at_oom, explain_oom};
+pub use explain::{OomExplanation, OomRequest, PoolMemory, Recorded, capacity_at_oom, explain_oom};
 pub use model::{AllocatorSettings, Block, DeviceTrace, Segment, Snapshot, TraceEvent};
 pub use pickle::{to_pickle_bytes, write_pickle};
 pub use summary::{memory_stats, memory_stats_json, memory_summary};

@@ -7,8 +7,13 @@
 //!
 //! Fields torch writes that carry no information here are not modelled: stack `frames`
 //! (cachalot records none; the writer writes `[]`), `compile_context` (`"N/A"`),
-//! `user_metadata` (`""`), `pool_id`/`segment_pool_id` (`(0, 0)` for the default pools, the
-//! only ones cachalot has).
+//! `user_metadata` (`""`).
+//!
+//! Pools: a segment's `segment_pool_id` and an entry's `pool_id` are torch's `MempoolId_t`,
+//! `(0, 0)` for the default pools, `(n, 0)` for a CUDA graph's pool, `(0, n)` for a
+//! `MemPool`'s (the readers refuse any other pair). torch writes `pool_id` on entries since
+//! 2.12 (pytorch#177717); older snapshots have only the segments' ids
+//! ([`TraceEvent::pool`] is `None` there).
 //!
 //! What differs from a snapshot torch writes for the same replay (checked against
 //! `shared/traces/pickle` by `tests/snapshot_pickle.rs`, where everything else is equal):
@@ -21,7 +26,7 @@
 //! - `frames` are always empty (torch's are too when no stack context was recorded);
 //! - `external_annotations`, `host_segments` and `host_traces` are always empty.
 
-use cachalot_core::{AllocConf, BlockState, SegmentInfo, TraceAction, TraceEntry};
+use cachalot_core::{AllocConf, BlockState, MempoolId, SegmentInfo, TraceAction, TraceEntry};
 
 /// One memory snapshot: segments, per-device history, settings.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -65,6 +70,8 @@ pub struct Segment {
     pub is_small: bool,
     /// Part of an expandable segment.
     pub is_expandable: bool,
+    /// The pool that owns it (`segment_pool_id`; [`MempoolId::DEFAULT`] when absent).
+    pub pool: MempoolId,
     /// Blocks in address order.
     pub blocks: Vec<Block>,
 }
@@ -96,6 +103,8 @@ pub struct TraceEvent {
     pub stream: u64,
     /// `time_us`, when present.
     pub time_us: Option<i64>,
+    /// The pool of the block or segment (`pool_id`), when the entry has one.
+    pub pool: Option<MempoolId>,
 }
 
 /// `allocator_settings`: the configuration the allocator ran with, as torch reports it.
@@ -179,6 +188,7 @@ impl Segment {
             stream: s.stream.0,
             is_small: s.is_small,
             is_expandable: s.is_expandable,
+            pool: s.pool_id,
             blocks: s
                 .blocks
                 .iter()
@@ -194,8 +204,9 @@ impl Segment {
 }
 
 impl TraceEvent {
-    /// The entry as torch reports it. `time_us` is cachalot's virtual clock: the entry's
-    /// position in the whole history (see [`TraceEntry::seq`]).
+    /// The entry as torch reports it, without its pool (cachalot's history does not record
+    /// it). `time_us` is cachalot's virtual clock: the entry's position in the whole history
+    /// (see [`TraceEntry::seq`]).
     pub fn from_entry(e: &TraceEntry) -> Self {
         TraceEvent {
             action: e.action,
@@ -207,6 +218,7 @@ impl TraceEvent {
             size: e.size,
             stream: e.stream.0,
             time_us: Some(i64::try_from(e.seq).unwrap_or(i64::MAX)),
+            pool: None,
         }
     }
 }
@@ -221,7 +233,29 @@ impl Snapshot {
         device: u32,
     ) -> Self {
         let mut device_traces = vec![DeviceTrace::default(); device as usize + 1];
-        device_traces[device as usize].entries = trace.iter().map(TraceEvent::from_entry).collect();
+        // cachalot's history does not record each entry's pool: an entry gets the pool of
+        // the segment holding its address at the end (the default pools when none does),
+        // which is what a reader infers for an entry without one.
+        let mut by_address: Vec<(u64, u64, MempoolId)> = segments
+            .iter()
+            .map(|s| (s.address, s.total_size, s.pool_id))
+            .collect();
+        by_address.sort_unstable_by_key(|s| s.0);
+        let pool_at = |addr: u64| {
+            let i = by_address.partition_point(|s| s.0 <= addr).checked_sub(1)?;
+            let (start, size, pool) = by_address[i];
+            (addr - start < size).then_some(pool)
+        };
+        device_traces[device as usize].entries = trace
+            .iter()
+            .map(|e| TraceEvent {
+                pool: Some(match e.action {
+                    TraceAction::Oom | TraceAction::Snapshot => MempoolId::DEFAULT,
+                    _ => pool_at(e.addr).unwrap_or_default(),
+                }),
+                ..TraceEvent::from_entry(e)
+            })
+            .collect();
         Snapshot {
             segments: segments
                 .iter()
@@ -243,6 +277,17 @@ impl Snapshot {
             .filter(|&d| !self.device_traces[d as usize].entries.is_empty())
             .collect()
     }
+}
+
+/// Checks a pair read as a pool id: torch makes `(0, 0)`, `(n, 0)` and `(0, n)` only.
+pub fn pool_id(first: u64, second: u64) -> Result<MempoolId, String> {
+    if first != 0 && second != 0 {
+        return Err(format!(
+            "({first}, {second}) is not a pool id torch makes: (0, 0) names the default \
+             pools, (n, 0) a CUDA graph's pool, (0, n) a MemPool's"
+        ));
+    }
+    Ok(MempoolId { first, second })
 }
 
 /// Parses a trace action name as torch writes it.

@@ -253,7 +253,7 @@ fn write_segment<W: Write>(p: &mut Pickler<W>, s: &Segment) -> io::Result<()> {
     p.str("segment_type");
     p.str(if s.is_small { "small" } else { "large" });
     p.str("segment_pool_id");
-    p.pair(0, 0);
+    p.pair(s.pool.first.into(), s.pool.second.into());
     p.str("is_expandable");
     p.bool(s.is_expandable);
     p.str("frames");
@@ -300,8 +300,10 @@ fn write_entry<W: Write>(p: &mut Pickler<W>, e: &TraceEvent) {
     p.str("N/A");
     p.str("user_metadata");
     p.str("");
-    p.str("pool_id");
-    p.pair(0, 0);
+    if let Some(pool) = e.pool {
+        p.str("pool_id");
+        p.pair(pool.first.into(), pool.second.into());
+    }
     p.end_dict();
 }
 

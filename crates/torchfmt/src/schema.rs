@@ -20,6 +20,8 @@ pub(crate) enum Val {
     Big(u32),
     Float(f64),
     Str(u32),
+    /// A pool id already read (a pair of the schema), by index into the builder's pools.
+    Pool(u32),
     /// A container of the schema; `generation` tells a freed (used) node from its slot's next use.
     Node {
         index: u32,
@@ -61,6 +63,10 @@ pub(crate) enum Role {
     Entry(u32, u32),
     Settings,
     Divisions,
+    /// `segments[i].segment_pool_id`.
+    SegmentPool(u32),
+    /// `device_traces[d][j].pool_id`.
+    EntryPool(u32, u32),
     /// Not read.
     Skip,
 }
@@ -77,6 +83,8 @@ impl Role {
             (Role::Root, k::DEVICE_TRACES) => Role::DeviceTraces,
             (Role::Root, k::ALLOCATOR_SETTINGS) => Role::Settings,
             (Role::Segment(i), k::BLOCKS) => Role::Blocks(i),
+            (Role::Segment(i), k::SEGMENT_POOL_ID) => Role::SegmentPool(i),
+            (Role::Entry(d, j), k::POOL_ID) => Role::EntryPool(d, j),
             (Role::Settings, k::ROUNDUP) => Role::Divisions,
             _ => Role::Skip,
         }
@@ -98,9 +106,12 @@ impl Role {
         match self {
             Role::Skip => true,
             Role::Root => kind != Kind::Tuple,
-            Role::Segments | Role::Blocks(_) | Role::DeviceTraces | Role::Trace(_) => {
-                kind != Kind::Dict
-            }
+            Role::Segments
+            | Role::Blocks(_)
+            | Role::DeviceTraces
+            | Role::Trace(_)
+            | Role::SegmentPool(_)
+            | Role::EntryPool(..) => kind != Kind::Dict,
             _ => kind == Kind::Dict,
         }
     }
@@ -122,6 +133,8 @@ impl Role {
             Role::Entry(d, j) => format!("device_traces[{d}][{j}]"),
             Role::Settings => "allocator_settings".into(),
             Role::Divisions => "allocator_settings.roundup_power2_divisions".into(),
+            Role::SegmentPool(i) => format!("segments[{i}].segment_pool_id"),
+            Role::EntryPool(d, j) => format!("device_traces[{d}][{j}].pool_id"),
             Role::Skip => "<skipped>".into(),
         }
     }
@@ -159,6 +172,8 @@ pub(crate) mod k {
     pub const EXPANDABLE_SEGMENTS: u8 = 22;
     pub const RELEASE_LOCK: u8 = 23;
     pub const ROUNDUP: u8 = 24;
+    pub const SEGMENT_POOL_ID: u8 = 25;
+    pub const POOL_ID: u8 = 26;
     /// `roundup_power2_divisions` interval names "1" … "32768": `INTERVAL + slot`.
     pub const INTERVAL: u8 = 32;
 }
@@ -191,6 +206,8 @@ pub(crate) fn key_code(s: &str) -> u8 {
         "expandable_segments" => k::EXPANDABLE_SEGMENTS,
         "release_lock_on_cudamalloc" => k::RELEASE_LOCK,
         "roundup_power2_divisions" => k::ROUNDUP,
+        "segment_pool_id" => k::SEGMENT_POOL_ID,
+        "pool_id" => k::POOL_ID,
         _ => match AllocatorSettings::INTERVALS.iter().position(|x| *x == s) {
             Some(i) => k::INTERVAL + i as u8,
             None => k::NONE,
@@ -210,6 +227,7 @@ const SEGMENT_FIELDS: &[u8] = &[
     k::ALLOCATED_SIZE,
     k::ACTIVE_SIZE,
     k::REQUESTED_SIZE,
+    k::SEGMENT_POOL_ID,
 ];
 const BLOCK_FIELDS: &[u8] = &[k::ADDRESS, k::SIZE, k::REQUESTED_SIZE, k::STATE];
 const ENTRY_FIELDS: &[u8] = &[
@@ -219,6 +237,7 @@ const ENTRY_FIELDS: &[u8] = &[
     k::SIZE,
     k::STREAM,
     k::TIME_US,
+    k::POOL_ID,
 ];
 const SETTINGS_FIELDS: &[u8] = &[
     k::ALLOC_CONF,

@@ -342,6 +342,11 @@ impl<I: Read> Machine<I> {
                 self.b.add(c, item);
             }
         }
+        let c = if kind == Kind::Tuple {
+            self.b.seal(c)?
+        } else {
+            c
+        };
         self.push(c)
     }
 

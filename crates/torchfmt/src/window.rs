@@ -25,13 +25,18 @@
 //! one segment is cut, every other segment is fully allocated, so best fit has one free
 //! block to choose. Under another configuration these requests hand it the recorded
 //! fragmentation, which it would not have had; see `EventOptions::window`.
+//!
+//! Private pools: each start segment and each live block has its pool (`crate::routing`),
+//! a block must lie in a segment of its own pool, and each segment's requests are routed to
+//! the segment's pool, so every pool starts with its own segments and gaps.
 
 use cachalot_core::config::parse_pytorch;
 use cachalot_core::size::{MAX_UNSPLIT_REMAINDER, SMALL_SIZE, allocation_size, round_size};
-use cachalot_core::{AllocConf, BlockState, TraceAction};
+use cachalot_core::{AllocConf, BlockState, MempoolId, TraceAction};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::model::{Snapshot, TraceEvent};
+use crate::routing::Routing;
 
 /// A block live at the start of the window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -44,11 +49,18 @@ pub(crate) struct LiveBlock {
     pub stream: u64,
     /// Its block size, when the snapshot has it (still live at the end).
     pub size: Option<u64>,
+    /// Its pool.
+    pub pool: MempoolId,
 }
 
 /// Blocks live before the window: allocated at the snapshot but not by the window, and freed
 /// by the window without being allocated by it; in address order.
-pub(crate) fn live_before(snap: &Snapshot, device: u32, entries: &[TraceEvent]) -> Vec<LiveBlock> {
+pub(crate) fn live_before(
+    snap: &Snapshot,
+    device: u32,
+    entries: &[TraceEvent],
+    routing: &Routing,
+) -> Vec<LiveBlock> {
     let mut live: FxHashSet<u64> = FxHashSet::default();
     let mut out = Vec::new();
     for e in entries {
@@ -61,6 +73,7 @@ pub(crate) fn live_before(snap: &Snapshot, device: u32, entries: &[TraceEvent]) 
                 requested: e.size,
                 stream: e.stream,
                 size: None,
+                pool: routing.pool_of(e),
             }),
             _ => {}
         }
@@ -73,6 +86,7 @@ pub(crate) fn live_before(snap: &Snapshot, device: u32, entries: &[TraceEvent]) 
                     requested: b.requested_size,
                     stream: s.stream,
                     size: Some(b.size),
+                    pool: s.pool,
                 });
             }
         }
@@ -84,13 +98,14 @@ pub(crate) fn live_before(snap: &Snapshot, device: u32, entries: &[TraceEvent]) 
 /// One request of the rebuilt start state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Step {
-    /// Allocate `size` bytes on `stream` as `id`: a live block (its address, requested
-    /// bytes) when `live`, else a filler ([`filler_addr`]).
+    /// Allocate `size` bytes on `stream` in `pool` as `id`: a live block (its address,
+    /// requested bytes) when `live`, else a filler ([`filler_addr`]).
     Alloc {
         id: u64,
         size: u64,
         stream: u64,
         live: bool,
+        pool: MempoolId,
     },
     /// Free `id` (a filler).
     Free { id: u64, stream: u64 },
@@ -114,6 +129,7 @@ struct StartSegment {
     addr: u64,
     size: u64,
     stream: u64,
+    pool: MempoolId,
 }
 
 /// The segments at the start of the window, in address order, or why they are not known.
@@ -121,6 +137,7 @@ fn start_segments(
     snap: &Snapshot,
     device: u32,
     entries: &[TraceEvent],
+    routing: &Routing,
 ) -> Result<Vec<StartSegment>, String> {
     let mut made: FxHashSet<u64> = FxHashSet::default();
     let mut live: FxHashSet<u64> = FxHashSet::default();
@@ -135,6 +152,7 @@ fn start_segments(
                 addr: e.addr,
                 size: e.size,
                 stream: e.stream,
+                pool: routing.pool_of(e),
             }),
             TraceAction::SegmentMap | TraceAction::SegmentUnmap => {
                 return Err("the window maps or unmaps expandable segments".into());
@@ -151,6 +169,7 @@ fn start_segments(
                 addr: s.address,
                 size: s.total_size,
                 stream: s.stream,
+                pool: s.pool,
             });
         }
     }
@@ -233,13 +252,20 @@ pub(crate) fn layout_steps(
     device: u32,
     entries: &[TraceEvent],
     live: &[LiveBlock],
+    routing: &Routing,
 ) -> Result<Vec<Step>, String> {
     let conf = snapshot_conf(snap);
-    let segments = start_segments(snap, device, entries)?;
+    let segments = start_segments(snap, device, entries, routing)?;
     let mut by_segment: FxHashMap<usize, Vec<LiveBlock>> = FxHashMap::default();
     for b in live {
         let i = segments.partition_point(|s| s.addr <= b.addr);
         match i.checked_sub(1).map(|i| (i, &segments[i])) {
+            Some((_, s)) if b.addr < s.addr + s.size && s.pool != b.pool => {
+                return Err(format!(
+                    "block {:#x} of pool {} lies in segment {:#x} of pool {}",
+                    b.addr, b.pool, s.addr, s.pool
+                ));
+            }
             Some((i, s)) if b.addr < s.addr + s.size => by_segment.entry(i).or_default().push(*b),
             _ => return Err(format!("block {:#x} lies in no segment", b.addr)),
         }
@@ -254,7 +280,7 @@ pub(crate) fn layout_steps(
     for (i, seg) in segments.iter().enumerate() {
         let blocks = by_segment.remove(&i).unwrap_or_default();
         let parts = pieces(seg, &blocks, &conf)?;
-        let stream = seg.stream;
+        let (stream, pool) = (seg.stream, seg.pool);
         if seg.size > 2 * SMALL_SIZE {
             let whole = round_size(seg.size, &conf).and_then(|r| allocation_size(r, &conf));
             if whole != Some(seg.size) {
@@ -269,6 +295,7 @@ pub(crate) fn layout_steps(
                 size: seg.size,
                 stream,
                 live: false,
+                pool,
             });
             steps.push(Step::Free { id, stream });
         }
@@ -280,6 +307,7 @@ pub(crate) fn layout_steps(
                 size,
                 stream,
                 live: false,
+                pool,
             });
             held.push((id, block));
         }
@@ -292,6 +320,7 @@ pub(crate) fn layout_steps(
                         size: b.requested,
                         stream,
                         live: true,
+                        pool,
                     });
                 }
                 None => gaps.push((id, stream)),
@@ -305,23 +334,33 @@ pub(crate) fn layout_steps(
     Ok(steps)
 }
 
-/// The history entries before which the allocator gave cached segments back: the first
-/// `segment_free` of each run of them (`empty_cache`, or the cache freed before a
-/// `cudaMalloc` is retried).
-pub(crate) fn releases(entries: &[TraceEvent]) -> FxHashSet<usize> {
+/// The history entries before which the allocator gave cached segments of the default
+/// pools back: the first `segment_free` of each run of them that frees a default-pool
+/// segment (`empty_cache`, or the cache freed before a `cudaMalloc` is retried). A run
+/// that frees only private pools' segments is their release (`del pool`: `emptyCache` of
+/// the pool), which the events make by the pools' own release points.
+pub(crate) fn releases(entries: &[TraceEvent], routing: &Routing) -> FxHashSet<usize> {
     let mut out = FxHashSet::default();
-    let mut in_run = false;
+    let mut run: Option<usize> = None;
     for (i, e) in entries.iter().enumerate() {
-        let free = e.action == TraceAction::SegmentFree;
-        if free && !in_run {
-            out.insert(i);
+        if e.action != TraceAction::SegmentFree {
+            run = None;
+            continue;
         }
-        in_run = free;
+        let start = *run.get_or_insert(i);
+        if routing.pool_of(e).is_default() {
+            out.insert(start);
+        }
     }
     out
 }
 
 /// How many segments the window starts with (0 when that is not known).
-pub(crate) fn start_segment_count(snap: &Snapshot, device: u32, entries: &[TraceEvent]) -> u64 {
-    start_segments(snap, device, entries).map_or(0, |s| s.len() as u64)
+pub(crate) fn start_segment_count(
+    snap: &Snapshot,
+    device: u32,
+    entries: &[TraceEvent],
+    routing: &Routing,
+) -> u64 {
+    start_segments(snap, device, entries, routing).map_or(0, |s| s.len() as u64)
 }

@@ -2,7 +2,7 @@
 //! target checks on fuzzed input), including numbers at the edges of each pickle integer
 //! form and long strings.
 
-use cachalot_core::{BlockState, TraceAction};
+use cachalot_core::{BlockState, MempoolId, TraceAction};
 use cachalot_torchfmt::{
     AllocatorSettings, Block, DeviceTrace, Segment, Snapshot, TraceEvent, read_snapshot,
     to_pickle_bytes,
@@ -49,13 +49,13 @@ fn segment() -> impl Strategy<Value = Segment> {
             edge_u64(),
             edge_u64(),
         ),
-        (edge_u64(), any::<bool>(), any::<bool>()),
+        (edge_u64(), any::<bool>(), any::<bool>(), pool()),
         proptest::collection::vec(block(), 0..4),
     )
         .prop_map(
             |(
                 (device, address, total_size, a, b, c),
-                (stream, is_small, is_expandable),
+                (stream, is_small, is_expandable, pool),
                 blocks,
             )| {
                 Segment {
@@ -68,10 +68,20 @@ fn segment() -> impl Strategy<Value = Segment> {
                     stream,
                     is_small,
                     is_expandable,
+                    pool,
                     blocks,
                 }
             },
         )
+}
+
+/// A pool id torch makes: the default pools, a graph's `(n, 0)`, a MemPool's `(0, n)`.
+fn pool() -> impl Strategy<Value = MempoolId> {
+    (0..3u8, edge_u64().prop_filter("not 0", |&n| n != 0)).prop_map(|(kind, n)| match kind {
+        0 => MempoolId::DEFAULT,
+        1 => MempoolId::graph(n),
+        _ => MempoolId::mempool(n),
+    })
 }
 
 fn entry() -> impl Strategy<Value = TraceEvent> {
@@ -81,8 +91,9 @@ fn entry() -> impl Strategy<Value = TraceEvent> {
         edge_u64(),
         edge_u64(),
         proptest::option::of(any::<i64>()),
+        proptest::option::of(pool()),
     )
-        .prop_map(|(a, addr, size, stream, time_us)| TraceEvent {
+        .prop_map(|(a, addr, size, stream, time_us, pool)| TraceEvent {
             action: [
                 TraceAction::Alloc,
                 TraceAction::FreeRequested,
@@ -98,6 +109,7 @@ fn entry() -> impl Strategy<Value = TraceEvent> {
             size,
             stream,
             time_us,
+            pool,
         })
 }
 
@@ -156,6 +168,7 @@ fn a_long_history_spans_many_frames() {
                     size: i,
                     stream: 0,
                     time_us: Some(i as i64),
+                    pool: None,
                 })
                 .collect(),
             skipped: Vec::new(),

@@ -125,6 +125,9 @@ impl Builder {
             Val::Missing => false,
             b => self.bool_val(role, "is_expandable", b)?,
         };
+        let pool = self
+            .pool_field(role, d, k::SEGMENT_POOL_ID, "segment_pool_id")?
+            .unwrap_or_default();
         let blocks_v = self.required(role, d, k::BLOCKS, "blocks")?;
         let Role::Segment(i) = role else {
             unreachable!("a segment's role")
@@ -181,6 +184,7 @@ impl Builder {
             stream,
             is_small,
             is_expandable,
+            pool,
             blocks,
         })
     }
@@ -224,12 +228,14 @@ impl Builder {
                 Some(i64::try_from(v).map_err(|_| schema(role, "time_us out of range"))?)
             }
         };
+        let pool = self.pool_field(role, d, k::POOL_ID, "pool_id")?;
         trace.entries.push(TraceEvent {
             action,
             addr,
             size: self.u64_field(role, d, k::SIZE, "size")?,
             stream: self.u64_field(role, d, k::STREAM, "stream")?,
             time_us,
+            pool,
         });
         self.keep(std::mem::size_of::<TraceEvent>());
         Ok(())

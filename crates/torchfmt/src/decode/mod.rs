@@ -6,8 +6,9 @@
 //! gives it (the segments list, one history entry, a block, …; [`Role`]). Containers of the
 //! schema become small typed nodes; a history entry or a block is decoded into its model
 //! type when it is added to its list and its node is freed at once, so the document is
-//! never held as a tree. Containers nothing here reads (stack `frames`, `pool_id`,
-//! `compile_context`, `host_traces`, …) are [`Val::Skip`]: what is added to them is
+//! never held as a tree. A pool id pair (`segment_pool_id`, an entry's `pool_id`) is
+//! interned as soon as it is built ([`Val::Pool`]), so a pickle may share one. Containers
+//! nothing here reads (stack `frames`, `compile_context`, `host_traces`, …) are [`Val::Skip`]: what is added to them is
 //! dropped.
 //!
 //! The schema, as MemoryViz.js requires it: `segments[*].{device, address, total_size,
@@ -15,8 +16,9 @@
 //! (`oom` entries have `device_free` instead of `addr`). Optional, with torch's meaning when
 //! absent: block `address` (segment address plus the sizes before it), `requested_size`
 //! (the block size), the segment's `allocated_size` / `active_size` / `requested_size`
-//! (summed from its blocks), `segment_type` ("large"), `is_expandable` (false), `time_us`,
-//! `device_traces` and `allocator_settings`. A bare list is read as the segments alone, as
+//! (summed from its blocks), `segment_type` ("large"), `is_expandable` (false),
+//! `segment_pool_id` ((0, 0)), an entry's `time_us` and `pool_id` (none), `device_traces` and
+//! `allocator_settings`. A bare list is read as the segments alone, as
 //! `_memory_viz.py` does. Other keys are ignored; a repeated key: the last one counts.
 //!
 //! A schema error inside a list is kept with that list and reported only if the list ends
@@ -30,7 +32,7 @@
 
 use std::collections::HashMap;
 
-use cachalot_core::BlockState;
+use cachalot_core::{BlockState, MempoolId};
 use rustc_hash::FxHashMap;
 
 use crate::SnapshotError;
@@ -88,6 +90,8 @@ enum ListData {
         trace: DeviceTrace,
         skipped_at: HashMap<String, usize>,
     },
+    /// A pool id's elements (at most two are kept).
+    Pool(Vec<Val>),
 }
 
 #[derive(Debug)]
@@ -127,6 +131,9 @@ pub(crate) struct Builder {
     codes: Vec<u8>,
     interned: FxHashMap<Box<str>, u32>,
     pub(crate) big: Vec<i128>,
+    /// The distinct pool ids read, indexed by [`Val::Pool`].
+    pools: Vec<MempoolId>,
+    pool_index: FxHashMap<MempoolId, u32>,
     work: usize,
     kept: usize,
 }
@@ -266,6 +273,7 @@ impl Builder {
                 Role::Segments => ListData::Segments(Vec::new()),
                 Role::Blocks(_) => ListData::Blocks(Vec::new()),
                 Role::DeviceTraces => ListData::DeviceTraces(Vec::new()),
+                Role::SegmentPool(_) | Role::EntryPool(..) => ListData::Pool(Vec::new()),
                 _ => ListData::Trace {
                     trace: DeviceTrace::default(),
                     skipped_at: HashMap::new(),
@@ -403,8 +411,94 @@ impl Builder {
                 let d = self.take_dict(role, item)?;
                 self.entry(role, &d, trace, skipped_at)?;
             }
+            ListData::Pool(v) => v.push(item),
         }
         Ok(())
+    }
+
+    /// A pool id built whole (a pickle tuple) becomes [`Val::Pool`] at once, so the memo
+    /// can share it; anything else is left as it is (and reported where it is read).
+    pub(crate) fn seal(&mut self, v: Val) -> Result<Val, String> {
+        let pool = match self.node(v) {
+            Some(Node::List(l)) => match &l.data {
+                ListData::Pool(items) => self.pool_of(items).ok(),
+                _ => None,
+            },
+            _ => None,
+        };
+        match pool {
+            Some(id) => {
+                self.take(v);
+                self.intern_pool(id)
+            }
+            None => Ok(v),
+        }
+    }
+
+    /// The pool id `items` hold: two non-negative integers, as torch writes them.
+    fn pool_of(&self, items: &[Val]) -> Result<MempoolId, String> {
+        let half = |v: Val| self.as_int(v).and_then(|i| u64::try_from(i).ok());
+        match items {
+            [a, b] => match (half(*a), half(*b)) {
+                (Some(a), Some(b)) => crate::model::pool_id(a, b),
+                _ => Err(format!(
+                    "expected a pair of non-negative integers (torch's MempoolId_t), found \
+                     ({}, {})",
+                    self.describe(*a),
+                    self.describe(*b)
+                )),
+            },
+            _ => Err(format!(
+                "expected a pair (first, second) of integers (torch's MempoolId_t), found {} \
+                 element{}",
+                items.len(),
+                if items.len() == 1 { "" } else { "s" }
+            )),
+        }
+    }
+
+    fn intern_pool(&mut self, id: MempoolId) -> Result<Val, String> {
+        if let Some(&i) = self.pool_index.get(&id) {
+            return Ok(Val::Pool(i));
+        }
+        self.charge(64)?;
+        let i = u32::try_from(self.pools.len()).map_err(|_| "more than 2^32 pool ids")?;
+        self.pools.push(id);
+        self.pool_index.insert(id, i);
+        Ok(Val::Pool(i))
+    }
+
+    /// The pool id in field `code` of `d` (`None` when absent or None).
+    fn pool_field(
+        &mut self,
+        role: Role,
+        d: &DictNode,
+        code: u8,
+        key: &str,
+    ) -> R<Option<MempoolId>> {
+        match d.get(code) {
+            Val::Missing | Val::None => Ok(None),
+            Val::Pool(i) => Ok(Some(self.pools[i as usize])),
+            v @ Val::Node { .. } => {
+                let place = role.key(code);
+                let l = self.take_list(place, v)?;
+                if let Some(e) = l.error {
+                    return Err(e);
+                }
+                let ListData::Pool(items) = l.data else {
+                    unreachable!("a pool id's list holds its elements")
+                };
+                self.pool_of(&items).map(Some).map_err(|m| schema(place, m))
+            }
+            v => Err(field_err(
+                role,
+                key,
+                format!(
+                    "expected a pair (first, second) of integers (torch's MempoolId_t), found {}",
+                    self.describe(v)
+                ),
+            )),
+        }
     }
 
     fn type_name(&self, v: Val) -> &'static str {
@@ -415,6 +509,7 @@ impl Builder {
             Val::Int(_) | Val::UInt(_) | Val::Big(_) => "int",
             Val::Float(_) => "float",
             Val::Str(_) => "str",
+            Val::Pool(_) => "tuple",
             Val::Skip(kind) => kind.name(),
             Val::Node { .. } => match self.node(v) {
                 Some(Node::List(l)) => l.kind.name(),
