@@ -9,7 +9,10 @@ the fake GPU (../shared/fakegpu), into tests/fixtures/snapshots/pools:
 - mempool-ring.pickle.gz: a loop of steps that each allocate in the default pools and in two
   MemPools, one of which is deleted and made anew every other step, recorded with
   max_entries=60 (a ring buffer: its window starts mid-run with pool blocks live);
-- mempool-expandable.pickle.gz: mempool-full's program under expandable_segments:True.
+- mempool-expandable.pickle.gz: mempool-full's program under expandable_segments:True;
+- mempool-oom.pickle.gz: on a 200 MiB device, a MemPool keeps 60 MiB of freed blocks while
+  the default pools fill up, and a default-pool request then runs out of memory (torch's
+  message counts the pool's free memory as "allocated in private pools").
 
 CUDA-graph capture is not emulated on the fake GPU (cudaStreamBeginCapture fails with
 "operation not supported"), so the graph pool is made with the calls capture makes to the
@@ -103,11 +106,29 @@ def ring(torch):
     return held, pool, other
 
 
+def oom(torch):
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        cached = [empty(torch, 30 * MIB) for _ in range(2)]
+        kept = empty(torch, 10 * MIB)
+    del cached  # free in the pool: no request outside it can use them
+    held = []
+    try:
+        for _ in range(8):
+            held.append(empty(torch, 24 * MIB))
+    except torch.OutOfMemoryError as e:
+        print(f"out of memory: {str(e)[:160]}", file=sys.stderr)
+    return held, kept, pool
+
+
 RUNS = {
     "mempool-full.pickle.gz": (full, 100_000, ""),
     "mempool-ring.pickle.gz": (ring, 60, ""),
     "mempool-expandable.pickle.gz": (full, 100_000, "expandable_segments:True"),
+    "mempool-oom.pickle.gz": (oom, 100_000, ""),
 }
+
+CAPACITY = {"mempool-oom.pickle.gz": "200M"}
 
 
 def child(name: str) -> None:
@@ -133,7 +154,7 @@ def main() -> None:
         return
     OUT.mkdir(parents=True, exist_ok=True)
     for name, (_, _, conf) in RUNS.items():
-        env = dict(os.environ, FAKE_CUDA_CAPACITY="80G")
+        env = dict(os.environ, FAKE_CUDA_CAPACITY=CAPACITY.get(name, "80G"))
         env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
         if conf:
             env["PYTORCH_CUDA_ALLOC_CONF"] = conf

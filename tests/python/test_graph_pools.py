@@ -105,12 +105,6 @@ def test_torchs_pool_calls_reach_cachalot_in_order(both):
     assert all(s["open_filters"] == 0 for s in ours["steps"][-1:])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cachalot's snapshot writer (torchfmt pickle.rs) writes segment_pool_id (0, 0) for "
-    "every segment; the core has the pool (SegmentInfo::pool_id). Once the writer writes it, "
-    "this passes: delete this marker then",
-)
 def test_snapshot_segments_carry_torchs_pool_ids(both):
     ours, torchs = both
     for a, b in zip(ours["steps"], torchs["steps"]):

@@ -73,6 +73,7 @@ pub fn snapshot(data: &[u8]) {
                 rounded: e.size,
                 stream: e.stream,
                 device_free: e.addr,
+                pool: e.pool,
             };
             let x = explain_oom(&snap.segments, request, &AllocConf::default());
             assert!(x.alloc_size >= x.request.rounded.min(2 << 20), "{x:?}");

@@ -163,6 +163,8 @@ pub fn diagnose(
         rounded: r.rounded,
         stream: r.stream.0,
         device_free: r.device_free,
+        // The replay's report does not say which pool the request was routed to.
+        pool: None,
     };
     Ok(Some(Diagnosis {
         line: oom.line,
@@ -426,6 +428,7 @@ pub fn explain_snapshot(
         rounded: oom.size,
         stream: oom.stream,
         device_free: oom.addr,
+        pool: oom.pool,
     };
     let mut segments_at = if after == 0 {
         SegmentsAt::Snapshot

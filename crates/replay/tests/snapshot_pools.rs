@@ -10,7 +10,12 @@ use cachalot_replay::{ReplayOptions, replay};
 use cachalot_sim::SimConfig;
 use cachalot_torchfmt::{EventKind, EventOptions, Format, Snapshot, SnapshotError};
 
-const FIXTURES: [&str; 3] = ["mempool-full", "mempool-ring", "mempool-expandable"];
+const FIXTURES: [&str; 4] = [
+    "mempool-full",
+    "mempool-ring",
+    "mempool-expandable",
+    "mempool-oom",
+];
 
 fn read(name: &str) -> Snapshot {
     let path = cachalot_testkit::fixtures().join(format!("snapshots/pools/{name}.pickle.gz"));
@@ -193,4 +198,29 @@ fn without_entry_pool_ids_the_segments_route_the_live_blocks() {
         .find(|p| p.pool == MempoolId::mempool(1))
         .unwrap();
     assert_eq!(outer.allocated.0, outer.allocated.1, "{c}");
+}
+
+#[test]
+fn an_out_of_memory_beside_a_pools_free_memory_is_explained_and_replayed() {
+    // mempool-oom: a MemPool keeps 60 MiB of freed blocks; a 24 MiB default-pool request then
+    // fails on a 200 MiB device with 10 MiB free. Only the pool's own requests can use its
+    // blocks, so this is not the missed search of torch issue #189504.
+    let snap = read("mempool-oom");
+    let d = cachalot_replay::diagnose::explain_snapshot(&snap, 0, None, true).unwrap();
+    let x = &d.explanation;
+    const MIB: u64 = 1 << 20;
+    assert_eq!(x.other_pools, 60 * MIB, "{x}");
+    assert_eq!(x.would_fit, 0, "{x}");
+    assert_eq!(x.releasable, 0, "{x}");
+    assert!(x.verdict().starts_with("private pools: 60.00 MiB"), "{x}");
+    assert!(
+        x.to_string().contains("in other pools (not the request's)"),
+        "{x}"
+    );
+    // Replayed at the recorded capacity with the pool's blocks in the pool, the request
+    // fails again; in the default pools it would have reused them.
+    let h = d.replay.as_ref().unwrap();
+    assert_eq!(h.ooms, 1, "the replay fits where torch ran out of memory");
+    let c = check(&snap);
+    assert!(c.matches(), "{c}");
 }

@@ -35,6 +35,9 @@ pub struct OomRequest {
     pub stream: u64,
     /// Free device memory at the failure (`device_free`).
     pub device_free: u64,
+    /// The pool the request was routed to (the `oom` entry's `pool_id`), when known; free
+    /// blocks of other pools cannot serve it.
+    pub pool: Option<MempoolId>,
 }
 
 /// Free cached memory of one pool kind and stream.
@@ -77,6 +80,11 @@ pub struct OomExplanation {
     pub other_stream: u64,
     /// Free bytes in the other pool kind.
     pub other_pool: u64,
+    /// Free bytes in segments of other pools than the request's (a private pool's blocks
+    /// serve only its own requests, and the default pools' none of a private pool's); not
+    /// counted in the rows below it, nor as releasable (a pool still referenced keeps them
+    /// through `empty_cache`, and the out-of-memory retry already freed released ones).
+    pub other_pools: u64,
     /// Free bytes in the request's pool and stream, in blocks smaller than the request.
     pub too_small: u64,
     /// Free bytes in blocks large enough but refused by the oversize rules.
@@ -228,6 +236,7 @@ pub fn explain_oom<'s>(
         releasable: 0,
         other_stream: 0,
         other_pool: 0,
+        other_pools: 0,
         too_small: 0,
         refused_oversize: 0,
         would_fit: 0,
@@ -253,6 +262,10 @@ pub fn explain_oom<'s>(
                 BlockState::Inactive => {}
             }
             x.free_cached = x.free_cached.saturating_add(b.size);
+            if request.pool.is_some_and(|p| p != s.pool) {
+                x.other_pools = x.other_pools.saturating_add(b.size);
+                continue;
+            }
             if whole_free && !s.is_expandable {
                 x.releasable = x.releasable.saturating_add(b.size);
             }
@@ -293,6 +306,11 @@ pub fn explain_oom<'s>(
 }
 
 impl OomExplanation {
+    /// Free cached bytes the request's pool has.
+    pub fn usable_cached(&self) -> u64 {
+        self.free_cached.saturating_sub(self.other_pools)
+    }
+
     /// Reserved bytes no allocation uses (free cached plus pending frees), torch's
     /// "reserved by PyTorch but unallocated".
     pub fn reserved_unallocated(&self) -> u64 {
@@ -315,13 +333,31 @@ impl OomExplanation {
                  a larger max_split_size_mb (or none) would have served it",
                 format_size(self.refused_oversize)
             )
-        } else if self.free_cached.saturating_add(self.request.device_free) >= need {
+        } else if self
+            .usable_cached()
+            .saturating_add(self.request.device_free)
+            >= need
+        {
             format!(
                 "fragmentation: {} was free (cache {} + device {}), more than the {} needed, \
                  but not in one usable piece",
-                format_size(self.free_cached.saturating_add(self.request.device_free)),
-                format_size(self.free_cached),
+                format_size(
+                    self.usable_cached()
+                        .saturating_add(self.request.device_free)
+                ),
+                format_size(self.usable_cached()),
                 format_size(self.request.device_free),
+                format_size(need)
+            )
+        } else if self.other_pools > 0
+            && self.free_cached.saturating_add(self.request.device_free) >= need
+        {
+            format!(
+                "private pools: {} of the free cache was in other pools than the request's, \
+                 which only their own requests can use; with it the {} needed would have \
+                 been there (a pool gives its memory back only once released: `del pool`, a \
+                 graph's reset)",
+                format_size(self.other_pools),
                 format_size(need)
             )
         } else {
@@ -372,6 +408,13 @@ impl fmt::Display for OomExplanation {
         );
         row(&mut s, "  waiting on stream events", self.pending_free);
         row(&mut s, "  free in the cache", self.free_cached);
+        if self.other_pools > 0 {
+            row(
+                &mut s,
+                "    in other pools (not the request's)",
+                self.other_pools,
+            );
+        }
         row(&mut s, "    on other streams", self.other_stream);
         row(
             &mut s,

@@ -89,6 +89,7 @@ fn a_snapshot_taken_at_the_oom_gives_the_same_reading() {
         rounded: oom.size,
         stream: oom.stream,
         device_free: oom.addr,
+        pool: oom.pool,
     };
     assert_eq!(
         explain_oom(snap.device_segments(0), request, &base.conf),
@@ -142,6 +143,7 @@ fn an_oversize_refusal_is_counted() {
         rounded: 50 * MIB,
         stream: 0,
         device_free: 0,
+        pool: None,
     };
     let x = explain_oom(&snap.segments, request, &conf);
     assert_eq!(x.refused_oversize, 300 * MIB);
