@@ -3,7 +3,7 @@
 //!
 //! | dimension | values tried |
 //! |---|---|
-//! | `max_split_size_mb` | unset, 64, 128, 256, 512, 1024, 2048, 4096, 8192 — only those below twice the trace's largest request (larger ones never make a block oversize, so they behave as unset) |
+//! | `max_split_size_mb` | unset, 64, 128, 256, 512, 1024, 2048, 4096, 8192 — only those below twice the trace's largest request (without expandable segments larger ones never make a block oversize, so they behave as unset; with expandable segments a free block of a grown segment can reach them, and the search does not try them there) |
 //! | `max_non_split_rounding_mb` | default (20), 64, 256, 1024 — only with `max_split_size_mb` set (it has no effect otherwise) and, like it, below twice the largest request |
 //! | `roundup_power2_divisions` | off, 2, 4, 8, 16, and the lists `[256:1,512:2,1024:4,>:8]` (torch's documented example: round only large requests) and `[64:8,128:4,256:2,>:1]` (round small requests finely, large ones not at all) |
 //! | `expandable_segments` | False, True |

@@ -121,7 +121,8 @@ fn traces_without_pools_print_no_pool_accounts() {
         vec!["tune", t, "--capacity", "2G", "-q", "--top", "2"],
         vec!["compare", t, "--capacity", "2G", "--no-min-capacity", "-q"],
     ] {
-        let text = stdout(&args);
+        // The trace's own path may contain the word (a checkout under a folder named so).
+        let text = stdout(&args).replace(t, "<trace>");
         assert!(!text.contains("pools"), "{args:?}: {text}");
         let mut with_json = args.clone();
         with_json.push("--json");

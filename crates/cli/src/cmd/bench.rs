@@ -371,15 +371,6 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Removes the generated traces when dropped.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Runs `cachalot bench`.
 pub fn run(a: Args) -> Result<ExitCode> {
     if a.runs == 0 {
@@ -405,9 +396,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
             labels.join(", ")
         );
     }
-    let tmp = TempDir(std::env::temp_dir().join(format!("cachalot-bench-{}", std::process::id())));
-    std::fs::create_dir_all(&tmp.0)
-        .with_context(|| format!("cannot create {}", tmp.0.display()))?;
+    // The generated traces, removed when `tmp` is dropped.
+    let tmp = tempfile::Builder::new()
+        .prefix("cachalot-bench-")
+        .tempdir()
+        .context("cannot create a folder for the generated traces in the temp dir")?;
     // (name, the trace as given or generated)
     let mut traces: Vec<(String, PathBuf)> = Vec::new();
     for name in RECORDED {
@@ -426,7 +419,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     for s in &SYNTHETIC {
         if wanted(s.name, &a.traces) {
-            let path = tmp.0.join(format!("{}.csv", s.name));
+            let path = tmp.path().join(format!("{}.csv", s.name));
             std::fs::write(&path, s.csv(a.scale))
                 .with_context(|| format!("cannot write {}", path.display()))?;
             traces.push((s.name.to_string(), path));
@@ -470,8 +463,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let min_events = (a.min_events as f64 * a.scale) as usize;
         let copies = copies_for(trace.ops.len(), min_events, stride);
         let twins = if oracle.is_some() || copies > 1 {
-            let plain = tmp.0.join(format!("{name}.plain.csv"));
-            let noop = tmp.0.join(format!("{name}.noop.csv"));
+            let plain = tmp.path().join(format!("{name}.plain.csv"));
+            let noop = tmp.path().join(format!("{name}.noop.csv"));
             write_twins(&rows, copies, stride.unwrap_or(0), &plain, &noop)?;
             if copies > 1 {
                 trace =
