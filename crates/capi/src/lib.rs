@@ -73,24 +73,53 @@ pub extern "C-unwind" fn cachalot_malloc(
     device_index: c_int,
     s: *mut c_void,
 ) -> *mut c_void {
-    let result = guard("cachalot_malloc", Err((false, String::new())), || {
+    let result = guard("cachalot_malloc", Err(Failed::raise(false, "")), || {
         // A device that could not be opened was reported once, when first asked for.
-        let a = device(device_index).ok_or_else(|| (false, String::new()))?;
+        let a = device(device_index).ok_or_else(|| Failed::raise(false, ""))?;
         a.malloc(size as u64, stream(s))
             .map(|p| p as usize as *mut c_void)
-            .map_err(|e| (e.is_out_of_memory(), e.torch_text()))
+            .map_err(|e| Failed::raise(e.is_out_of_memory(), e.torch_text()))
     });
+    hand_back(result)
+}
+
+/// How an allocating entry point that failed tells its caller. The message may be empty
+/// when the reason is this thread's last error already.
+pub(crate) enum Failed {
+    /// Inside PyTorch, raised as `c10::OutOfMemoryError` (`out_of_memory`) or `c10::Error`;
+    /// elsewhere NULL, the message printed.
+    Raise { out_of_memory: bool, msg: String },
+    /// NULL everywhere, the message not printed (a MemPool allocator's NULL is torch's cue
+    /// to free its cache and retry).
+    Null(String),
+}
+
+impl Failed {
+    pub(crate) fn raise(out_of_memory: bool, msg: impl Into<String>) -> Self {
+        Failed::Raise {
+            out_of_memory,
+            msg: msg.into(),
+        }
+    }
+}
+
+/// The pointer of an allocation, or for a failure what [`Failed`] says, with the reason as
+/// this thread's last error. Called outside `guard`: the C++ exception must not meet
+/// `catch_unwind`.
+pub(crate) fn hand_back(result: Result<*mut c_void, Failed>) -> *mut c_void {
     match result {
         Ok(p) => p,
-        Err((oom, msg)) if host::can_throw() => {
+        Err(Failed::Null(msg)) => {
+            set_error(&msg);
+            std::ptr::null_mut()
+        }
+        Err(Failed::Raise { out_of_memory, msg }) if host::can_throw() => {
             if !msg.is_empty() {
                 set_error(&msg);
             }
-            // Outside `guard`: the C++ exception must not meet `catch_unwind`.
-            let text = report::last_error_text();
-            host::throw(oom, &text)
+            host::throw(out_of_memory, &report::last_error_text())
         }
-        Err((_, msg)) => {
+        Err(Failed::Raise { msg, .. }) => {
             if !msg.is_empty() {
                 fail(&msg);
             }

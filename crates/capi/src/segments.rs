@@ -27,7 +27,7 @@ use cachalot::{AllocError, DeviceError, stats};
 
 use crate::report::{fail, guard, returned, set_error};
 use crate::state::{self, Global, Segments};
-use crate::{host, stream};
+use crate::{Failed, hand_back, stream};
 
 /// The segment source of a device, as `device` in lib.rs finds an allocator: start-up and
 /// opening failures were printed once where they happened and only become this thread's last
@@ -44,12 +44,6 @@ fn source(index: c_int) -> Option<&'static Segments> {
     g.segment_source(index).map_err(|e| set_error(&e)).ok()
 }
 
-/// Why a segment could not be had: out of memory (torch retries), or anything else.
-enum Failure {
-    OutOfMemory(String),
-    Other(String),
-}
-
 /// A new segment of exactly `size` bytes on `device` (`stream`: torch's current stream, not
 /// needed). NULL for size 0 and on failure (see the module documentation).
 #[unsafe(no_mangle)]
@@ -60,41 +54,22 @@ pub extern "C-unwind" fn cachalot_segment_malloc(
 ) -> *mut c_void {
     let result = guard(
         "cachalot_segment_malloc",
-        Err(Failure::Other(String::new())),
+        Err(Failed::raise(false, "")),
         || {
             // The reason is this thread's last error already.
-            let source = source(device_index).ok_or(Failure::Other(String::new()))?;
+            let source = source(device_index).ok_or_else(|| Failed::raise(false, ""))?;
             source
                 .malloc(size as u64, stream(s))
                 .map(|p| p as usize as *mut c_void)
                 .map_err(|e| match e {
-                    AllocError::Device(DeviceError::OutOfMemory) => Failure::OutOfMemory(format!(
+                    AllocError::Device(DeviceError::OutOfMemory) => Failed::Null(format!(
                         "device {device_index}: a segment of {size} bytes: out of memory"
                     )),
-                    e => Failure::Other(format!("device {device_index}: {e}")),
+                    e => Failed::raise(false, format!("device {device_index}: {e}")),
                 })
         },
     );
-    match result {
-        Ok(p) => p,
-        Err(Failure::OutOfMemory(msg)) => {
-            set_error(&msg);
-            std::ptr::null_mut()
-        }
-        Err(Failure::Other(msg)) if host::can_throw() => {
-            if !msg.is_empty() {
-                set_error(&msg);
-            }
-            // Outside `guard`: the C++ exception must not meet `catch_unwind`.
-            host::throw(false, &crate::report::last_error_text())
-        }
-        Err(Failure::Other(msg)) => {
-            if !msg.is_empty() {
-                fail(&msg);
-            }
-            std::ptr::null_mut()
-        }
-    }
+    hand_back(result)
 }
 
 /// Gives the segment at `ptr` (from [`cachalot_segment_malloc`] on `device`) back to the
