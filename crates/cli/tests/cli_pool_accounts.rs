@@ -175,7 +175,8 @@ fn a_growing_mempool_is_named_with_what_empty_cache_keeps() {
 
 /// `pool_oom_held`: a MemPool keeps a free 40 MiB segment while referenced, so a 70 MiB
 /// request fails on a 100 MiB device. The account after that out-of-memory names the pool:
-/// the retry freed what it could, and the 40 MiB are held by the referenced pool.
+/// the retry freed what it could, and the 40 MiB are held by the referenced pool, which the
+/// out-of-memory explanation names as the cause.
 #[test]
 fn after_an_out_of_memory_the_account_names_the_pool_that_holds_the_memory() {
     let trace = fixtures().join("pools").join("pool_oom_held.csv");
@@ -198,4 +199,8 @@ fn after_an_out_of_memory_the_account_names_the_pool_that_holds_the_memory() {
         text.contains("MemPool (0, 1) keeps 40.00 MiB free"),
         "{text}"
     );
+    // The explanation knows the request went to the default pools, so the MemPool's free
+    // segment is neither "releasable" nor fragmentation.
+    assert!(text.contains("why: private pools: 40.00 MiB"), "{text}");
+    assert!(!text.contains("why: fragmentation"), "{text}");
 }

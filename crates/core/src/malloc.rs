@@ -296,6 +296,7 @@ impl<D: Device> State<D> {
             expandable_segments: self.conf.expandable_segments,
             cause: self.oom_cause,
             private_pool_cached: self.private_pool_cached(),
+            pool: self.owner_id(p.pool.owner),
         }))
     }
 }

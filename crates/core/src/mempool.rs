@@ -652,7 +652,12 @@ impl<D: Device> State<D> {
 
     /// The id of the pool a block belongs to (`segment_pool_id`).
     pub(crate) fn pool_id_of(&self, id: BlockId) -> MempoolId {
-        match self.blocks[id].pool.owner {
+        self.owner_id(self.blocks[id].pool.owner)
+    }
+
+    /// The id of the pool `owner` (a [`PoolRef::owner`]) names.
+    pub(crate) fn owner_id(&self, owner: u32) -> MempoolId {
+        match owner {
             0 => MempoolId::DEFAULT,
             o => self.private.get(o).id,
         }

@@ -73,6 +73,9 @@ pub struct OomReport {
     /// Free bytes cached in private pools, which torch's message counts as "allocated in
     /// private pools" (it sums the pools' free sets).
     pub private_pool_cached: u64,
+    /// The pool the request was routed to (`(0, 0)`: the default pools); only that pool's
+    /// free blocks could have served it.
+    pub pool: crate::mempool::MempoolId,
 }
 
 impl OomReport {

@@ -163,8 +163,7 @@ pub fn diagnose(
         rounded: r.rounded,
         stream: r.stream.0,
         device_free: r.device_free,
-        // The replay's report does not say which pool the request was routed to.
-        pool: None,
+        pool: Some(r.pool),
     };
     Ok(Some(Diagnosis {
         line: oom.line,
