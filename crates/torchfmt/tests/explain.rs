@@ -89,9 +89,8 @@ fn a_snapshot_taken_at_the_oom_gives_the_same_reading() {
         rounded: oom.size,
         stream: oom.stream,
         device_free: oom.addr,
-        // The replay's reading does not know the request's pool; the default pools hold every
-        // segment here, so the entry's pool would read the same.
-        pool: None,
+        // The entry's pool, as the replay's reading knows it from the core's report.
+        pool: oom.pool,
     };
     assert_eq!(
         explain_oom(snap.device_segments(0), request, &base.conf),
