@@ -221,16 +221,7 @@ pub const DIMS: [Dim; 5] = [
 impl SearchSpace {
     /// The space for `trace`: size thresholds above twice its largest request are dropped.
     pub fn for_trace(trace: &dyn crate::Workload) -> Self {
-        let largest = trace
-            .parts()
-            .iter()
-            .flat_map(|t| &t.ops)
-            .filter_map(|op| match *op {
-                TraceOp::Alloc { size, .. } => Some(size),
-                TraceOp::Free { .. } | TraceOp::Pool { .. } => None,
-            })
-            .max()
-            .unwrap_or(0);
+        let largest = trace_request_sizes(trace).max().unwrap_or(0);
         let limit = largest.saturating_mul(2);
         let keep = |mb: &u64| mb.saturating_mul(1 << 20) < limit;
         SearchSpace {
@@ -406,15 +397,7 @@ impl Twins {
         space: &SearchSpace,
         capacity: u64,
     ) -> Result<Self, AdvisorError> {
-        let mut sizes: Vec<u64> = trace
-            .parts()
-            .iter()
-            .flat_map(|t| &t.ops)
-            .filter_map(|op| match *op {
-                TraceOp::Alloc { size, .. } => Some(size),
-                TraceOp::Free { .. } | TraceOp::Pool { .. } => None,
-            })
-            .collect();
+        let mut sizes: Vec<u64> = trace_request_sizes(trace).collect();
         sizes.sort_unstable();
         sizes.dedup();
         let mut choices: Vec<(Roundup, AllocConf)> = Vec::new();
@@ -487,6 +470,18 @@ impl Twins {
 pub fn dedup(v: Vec<Settings>) -> Vec<Settings> {
     let mut seen = std::collections::HashSet::new();
     v.into_iter().filter(|s| seen.insert(*s)).collect()
+}
+
+/// The size of every allocation request of `trace`, in every part, in trace order.
+fn trace_request_sizes(trace: &dyn crate::Workload) -> impl Iterator<Item = u64> + '_ {
+    trace
+        .parts()
+        .iter()
+        .flat_map(|t| &t.ops)
+        .filter_map(|op| match *op {
+            TraceOp::Alloc { size, .. } => Some(size),
+            TraceOp::Free { .. } | TraceOp::Pool { .. } => None,
+        })
 }
 
 #[cfg(test)]

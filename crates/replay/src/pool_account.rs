@@ -384,21 +384,7 @@ pub fn pool_peaks(
     let mut at = vec![res_at, alloc_at];
     at.sort_unstable();
     at.dedup();
-    let prefix = ReplayOptions {
-        accounts_at: at,
-        pool_peaks: false,
-        log_segments: false,
-        history_entries: None,
-        snapshot_at_end: false,
-        empty_cache_at_end: false,
-        sample_every: 0,
-        max_oom_reports: 0,
-        ..opts.clone()
-    };
-    let accounts = match replay(trace, &prefix) {
-        Ok(r) => r.accounts,
-        Err(e) => e.report.map(|r| r.accounts).unwrap_or_default(),
-    };
+    let accounts = accounts_after(trace, opts, at);
     let find = |i: usize| accounts.iter().find(|a| a.op_index == i).cloned();
     let (Some(r), Some(a)) = (find(res_at), find(alloc_at)) else {
         return Ok(None);
@@ -526,15 +512,12 @@ fn shares_text(acc: &PoolAccount) -> String {
     out
 }
 
-/// The account after operation `op_index` of `trace` replayed under `opts` (one replay up to
-/// it); `None` when the replay does not get there or the backend keeps no pools.
-pub fn account_at(
-    trace: &LoadedTrace,
-    opts: &ReplayOptions,
-    op_index: usize,
-) -> Option<PoolAccount> {
+/// The accounts after operations `at` (ascending) of `trace` under `opts`: one replay that
+/// stops after the last of them, with nothing else recorded; those it does not get to (or
+/// all, when the backend keeps no pools) are missing.
+fn accounts_after(trace: &LoadedTrace, opts: &ReplayOptions, at: Vec<usize>) -> Vec<PoolAccount> {
     let prefix = ReplayOptions {
-        accounts_at: vec![op_index],
+        accounts_at: at,
         pool_peaks: false,
         log_segments: false,
         history_entries: None,
@@ -544,11 +527,22 @@ pub fn account_at(
         max_oom_reports: 0,
         ..opts.clone()
     };
-    let accounts = match replay(trace, &prefix) {
+    match replay(trace, &prefix) {
         Ok(r) => r.accounts,
         Err(e) => e.report.map(|r| r.accounts).unwrap_or_default(),
-    };
-    accounts.into_iter().next()
+    }
+}
+
+/// The account after operation `op_index` of `trace` replayed under `opts` (one replay up to
+/// it); `None` when the replay does not get there or the backend keeps no pools.
+pub fn account_at(
+    trace: &LoadedTrace,
+    opts: &ReplayOptions,
+    op_index: usize,
+) -> Option<PoolAccount> {
+    accounts_after(trace, opts, vec![op_index])
+        .into_iter()
+        .next()
 }
 
 /// Where the memory was right after an out-of-memory, for people: the out-of-memory retry
