@@ -235,14 +235,22 @@ pub extern "C" fn cachalot_memory_stats_json(device_index: c_int) -> *const c_ch
         let Some(a) = device(device_index) else {
             return std::ptr::null();
         };
-        match a.stats() {
-            Ok(s) => returned(&stats::memory_stats_json(&s)),
-            Err(e) => {
-                fail(&e.to_string());
-                std::ptr::null()
-            }
-        }
+        stats_json(a.stats())
     })
+}
+
+/// `stats` as `memory_stats` JSON, valid until this thread's next call returning a string;
+/// NULL, with the error reported, when they could not be read.
+pub(crate) fn stats_json<E: std::fmt::Display>(
+    stats: Result<cachalot::DeviceStats, E>,
+) -> *const c_char {
+    match stats {
+        Ok(s) => returned(&stats::memory_stats_json(&s)),
+        Err(e) => {
+            fail(&e.to_string());
+            std::ptr::null()
+        }
+    }
 }
 
 /// `torch.cuda.memory_summary(device)`: torch's table. Valid until this thread's next call

@@ -23,9 +23,9 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use cachalot::{AllocError, DeviceError, stats};
+use cachalot::{AllocError, DeviceError};
 
-use crate::report::{fail, guard, returned, set_error};
+use crate::report::{fail, guard, set_error};
 use crate::state::{self, Global, Segments};
 use crate::{Failed, hand_back, stream};
 
@@ -119,13 +119,7 @@ pub extern "C" fn cachalot_segment_stats_json(device_index: c_int) -> *const c_c
         let Some(source) = source(device_index) else {
             return std::ptr::null();
         };
-        match source.stats() {
-            Ok(s) => returned(&stats::memory_stats_json(&s)),
-            Err(e) => {
-                fail(&e.to_string());
-                std::ptr::null()
-            }
-        }
+        crate::stats_json(source.stats())
     })
 }
 
