@@ -352,7 +352,9 @@ impl<'t> Run<'t> {
         }
     }
 
-    /// Replays the trace's rows in file order until the end or the first [`Stop`].
+    /// Replays the trace's rows in file order until the end or the first [`Stop`]. Never
+    /// inlined, so that a profiler can count the row loop alone (`--toggle-collect`).
+    #[inline(never)]
     fn all_rows(&mut self, mut hook: Option<(usize, &mut ReplayHook<'_>)>) {
         let trace = self.trace;
         for (i, op) in trace.ops.iter().enumerate() {
