@@ -93,19 +93,26 @@ pub fn clean_env(cmd: &mut Command) {
     }
 }
 
+#[allow(unused_imports)] // not every test binary skips
 pub use cachalot_testkit::skip;
 
 /// Compiles `tests/c/SOURCE` with gcc against `include/cachalot.h` and the library, into this
 /// test binary's scratch folder as NAME, and returns the executable's path.
 pub fn build_c_program(source: &str, name: &str) -> PathBuf {
+    compile_c(&crate_dir().join("tests/c").join(source), name, "-O1")
+}
+
+/// Compiles the C file `source` at optimization level `opt` (e.g. `-O2`) against
+/// `include/cachalot.h` and the library, into the scratch folder as NAME.
+pub fn compile_c(source: &Path, name: &str, opt: &str) -> PathBuf {
     let lib = library();
     let dir = lib.parent().unwrap();
     let exe = scratch(name);
     let out = Command::new("gcc")
-        .args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-pthread"])
+        .args(["-std=c11", opt, "-Wall", "-Wextra", "-Werror", "-pthread"])
         .arg("-I")
         .arg(crate_dir().join("include"))
-        .arg(crate_dir().join("tests/c").join(source))
+        .arg(source)
         .arg(format!("-L{}", dir.display()))
         .arg(format!("-Wl,-rpath,{}", dir.display()))
         .args(["-lcachalot_capi", "-o"])
@@ -114,7 +121,8 @@ pub fn build_c_program(source: &str, name: &str) -> PathBuf {
         .unwrap();
     assert!(
         out.status.success(),
-        "gcc failed:\n{}",
+        "gcc failed on {}:\n{}",
+        source.display(),
         String::from_utf8_lossy(&out.stderr)
     );
     exe
