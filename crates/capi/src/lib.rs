@@ -46,7 +46,14 @@ use state::{Alloc, Global};
 
 /// The allocator of a device. Start-up and device-opening failures are printed once where
 /// they happen; here they only become this thread's last error. A bad index is printed.
+#[inline]
 fn device(index: c_int) -> Option<&'static Alloc> {
+    Global::ready(index).or_else(|| open_device(index))
+}
+
+/// [`device`] when the state or the device is not open yet, or could not be opened.
+#[cold]
+fn open_device(index: c_int) -> Option<&'static Alloc> {
     let g = Global::get().map_err(|e| set_error(&e)).ok()?;
     if !(0..state::MAX_DEVICES as c_int).contains(&index) {
         fail(&format!(
@@ -76,9 +83,10 @@ pub extern "C-unwind" fn cachalot_malloc(
     let result = guard("cachalot_malloc", Err(Failed::raise(false, "")), || {
         // A device that could not be opened was reported once, when first asked for.
         let a = device(device_index).ok_or_else(|| Failed::raise(false, ""))?;
-        a.malloc(size as u64, stream(s))
+        a.resource()
+            .malloc(size as u64, stream(s))
             .map(|p| p as usize as *mut c_void)
-            .map_err(|e| Failed::raise(e.is_out_of_memory(), e.torch_text()))
+            .map_err(|e| Failed::raise(e.is_out_of_memory(), e.to_string()))
     });
     hand_back(result)
 }
@@ -106,20 +114,30 @@ impl Failed {
 /// The pointer of an allocation, or for a failure what [`Failed`] says, with the reason as
 /// this thread's last error. Called outside `guard`: the C++ exception must not meet
 /// `catch_unwind`.
+#[inline]
 pub(crate) fn hand_back(result: Result<*mut c_void, Failed>) -> *mut c_void {
     match result {
         Ok(p) => p,
-        Err(Failed::Null(msg)) => {
+        Err(failed) => hand_back_failure(failed),
+    }
+}
+
+/// [`hand_back`] of a failure.
+#[cold]
+#[inline(never)]
+fn hand_back_failure(failed: Failed) -> *mut c_void {
+    match failed {
+        Failed::Null(msg) => {
             set_error(&msg);
             std::ptr::null_mut()
         }
-        Err(Failed::Raise { out_of_memory, msg }) if host::can_throw() => {
+        Failed::Raise { out_of_memory, msg } if host::can_throw() => {
             if !msg.is_empty() {
                 set_error(&msg);
             }
             host::throw(out_of_memory, &report::last_error_text())
         }
-        Err(Failed::Raise { msg, .. }) => {
+        Failed::Raise { msg, .. } => {
             if !msg.is_empty() {
                 fail(&msg);
             }
@@ -143,26 +161,48 @@ pub extern "C" fn cachalot_free(
         if p == 0 {
             return;
         }
-        let g = match Global::get() {
-            Ok(g) => g,
-            Err(e) => return set_error(&e),
+        let Some(a) = Global::ready(device_index) else {
+            return free_on_unopened(p, device_index);
         };
-        match g.device(device_index) {
-            Ok(a) => match a.free(p) {
-                Ok(()) => {}
-                Err(e) if e.is_invalid_pointer() => {
-                    g.report_unknown_free(p, device_index, "not an allocation of this library")
-                }
-                Err(e) => fail(&format!(
-                    "freeing {p:#x} on device {device_index} failed: {e}"
-                )),
-            },
-            Err(_) if (0..state::MAX_DEVICES as c_int).contains(&device_index) => {
-                g.report_unknown_free(p, device_index, "the device could not be opened")
-            }
-            Err(e) => g.report_unknown_free(p, device_index, &e),
+        if let Err(e) = a.resource().free(p) {
+            freeing_failed(p, device_index, &e);
         }
     })
+}
+
+/// [`cachalot_free`] when the state or the device is not open: opens it (a pointer can only
+/// be its allocation if it opened before), or reports the pointer as unknown.
+#[cold]
+fn free_on_unopened(p: u64, device_index: c_int) {
+    let g = match Global::get() {
+        Ok(g) => g,
+        Err(e) => return set_error(&e),
+    };
+    match g.device(device_index) {
+        Ok(a) => {
+            if let Err(e) = a.resource().free(p) {
+                freeing_failed(p, device_index, &e);
+            }
+        }
+        Err(_) if (0..state::MAX_DEVICES as c_int).contains(&device_index) => {
+            g.report_unknown_free(p, device_index, "the device could not be opened")
+        }
+        Err(e) => g.report_unknown_free(p, device_index, &e),
+    }
+}
+
+/// Reports a free the allocator of an open device refused: a pointer it did not hand out is
+/// counted as unknown, anything else is printed.
+#[cold]
+fn freeing_failed(p: u64, device_index: c_int, e: &cachalot::AllocError) {
+    match Global::get() {
+        Ok(g) if e.is_invalid_pointer() => {
+            g.report_unknown_free(p, device_index, "not an allocation of this library")
+        }
+        _ => fail(&format!(
+            "freeing {p:#x} on device {device_index} failed: {e}"
+        )),
+    }
 }
 
 /// torch's init hook (`set_init_fn`): reads the configuration now, so that a bad one is

@@ -121,23 +121,40 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Runs an entry point: a panic becomes a reported error and `fallback`, never an unwind
-/// into C. Nothing after `catch_unwind` can panic.
+/// into C. Nothing after `catch_unwind` can panic. Inlined: it runs around every malloc and
+/// free, and what a panic needs is in [`caught`].
+#[inline]
 pub fn guard<T>(name: &str, fallback: T, f: impl FnOnce() -> T) -> T {
     quiet_hook();
-    let outer = GUARDED.try_with(|g| g.replace(true)).unwrap_or(false);
-    let result = catch_unwind(AssertUnwindSafe(f));
-    let _ = GUARDED.try_with(|g| g.set(outer));
+    // One thread-local lookup per call (in a shared library each is a `__tls_get_addr`
+    // call). `GUARDED` has no destructor, so it is never gone and `try_with` cannot fail;
+    // were it to, the call is reported as failed rather than run unmarked.
+    let result = GUARDED
+        .try_with(move |g| {
+            let outer = g.replace(true);
+            let result = catch_unwind(AssertUnwindSafe(f));
+            g.set(outer);
+            result
+        })
+        .unwrap_or_else(|e| Err(Box::new(e.to_string())));
     match result {
         Ok(v) => v,
         Err(p) => {
-            // Formatting the message could only fail on allocation, which aborts anyway.
-            let msg = format!("internal error in {name}: {}", panic_text(&*p));
-            // Dropping the payload runs foreign code (its destructor) that may panic.
-            let _ = catch_unwind(AssertUnwindSafe(move || drop(p)));
-            fail(&msg);
+            caught(name, p);
             fallback
         }
     }
+}
+
+/// Reports the panic `p` caught in entry point `name`.
+#[cold]
+#[inline(never)]
+fn caught(name: &str, p: Box<dyn std::any::Any + Send>) {
+    // Formatting the message could only fail on allocation, which aborts anyway.
+    let msg = format!("internal error in {name}: {}", panic_text(&*p));
+    // Dropping the payload runs foreign code (its destructor) that may panic.
+    let _ = catch_unwind(AssertUnwindSafe(move || drop(p)));
+    fail(&msg);
 }
 
 #[cfg(test)]

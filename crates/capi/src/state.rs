@@ -146,6 +146,16 @@ impl Global {
         Ok(alloc)
     }
 
+    /// The allocator of device `index` if the state and that device are open already: the
+    /// path every call after the first takes, with no error to build. `None`: ask
+    /// [`Global::device`], which opens it or says why not.
+    #[inline]
+    pub fn ready(index: i32) -> Option<&'static Alloc> {
+        let g = GLOBAL.get()?.as_ref().ok()?;
+        let slot = g.devices.get(usize::try_from(index).ok()?)?;
+        slot.get()?.as_ref().ok()
+    }
+
     /// The allocator of device `index`, opened on first use. A device that cannot be opened
     /// is reported once, when first asked for; later calls only return the error.
     pub fn device(&self, index: i32) -> Result<&Alloc, String> {
