@@ -91,18 +91,10 @@ fn core_ns_per_op(trace: &LoadedTrace) -> f64 {
 fn c_ns_per_op(exe: &Path, ops: &Path, slots: u32) -> f64 {
     let mut cmd = Command::new(exe);
     common::clean_env(&mut cmd);
-    let out = cmd
-        .env("CACHALOT_DEVICE", "sim")
+    cmd.env("CACHALOT_DEVICE", "sim")
         .arg(ops)
-        .arg(slots.max(1).to_string())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(slots.max(1).to_string());
+    let text = cachalot_testkit::stdout_of(&mut cmd);
     let words: Vec<&str> = text.split_whitespace().collect();
     match words[..] {
         ["OPS", n, "CPU_NS", t] => t.parse::<f64>().unwrap() / n.parse::<f64>().unwrap(),

@@ -44,16 +44,20 @@ use cachalot::{StreamId, stats};
 use report::{fail, guard, returned, set_error};
 use state::{Alloc, Global};
 
-/// The allocator of a device. Start-up and device-opening failures are printed once where
-/// they happen; here they only become this thread's last error. A bad index is printed.
+/// The allocator of a device: the open one, else [`open_for`] opens it.
 #[inline]
 fn device(index: c_int) -> Option<&'static Alloc> {
-    Global::ready(index).or_else(|| open_device(index))
+    Global::ready(index).or_else(|| open_for(index, |g| g.device(index)))
 }
 
-/// [`device`] when the state or the device is not open yet, or could not be opened.
+/// What `open` finds in the library's state for device `index` (its allocator, its segment
+/// source). Start-up and opening failures were printed once where they happened and only
+/// become this thread's last error here; a bad index is printed.
 #[cold]
-fn open_device(index: c_int) -> Option<&'static Alloc> {
+pub(crate) fn open_for<T: ?Sized>(
+    index: c_int,
+    open: impl FnOnce(&'static Global) -> Result<&'static T, String>,
+) -> Option<&'static T> {
     let g = Global::get().map_err(|e| set_error(&e)).ok()?;
     if !(0..state::MAX_DEVICES as c_int).contains(&index) {
         fail(&format!(
@@ -62,7 +66,7 @@ fn open_device(index: c_int) -> Option<&'static Alloc> {
         ));
         return None;
     }
-    g.device(index).map_err(|e| set_error(&e)).ok()
+    open(g).map_err(|e| set_error(&e)).ok()
 }
 
 fn stream(s: *mut c_void) -> StreamId {

@@ -26,22 +26,12 @@ use std::ffi::{c_char, c_int, c_void};
 use cachalot::{AllocError, DeviceError};
 
 use crate::report::{fail, guard, set_error};
-use crate::state::{self, Global, Segments};
-use crate::{Failed, hand_back, stream};
+use crate::state::{Global, Segments};
+use crate::{Failed, hand_back, open_for, stream};
 
-/// The segment source of a device, as `device` in lib.rs finds an allocator: start-up and
-/// opening failures were printed once where they happened and only become this thread's last
-/// error here; a bad index is printed.
+/// The segment source of a device, found as lib.rs finds an allocator ([`open_for`]).
 fn source(index: c_int) -> Option<&'static Segments> {
-    let g = Global::get().map_err(|e| set_error(&e)).ok()?;
-    if !(0..state::MAX_DEVICES as c_int).contains(&index) {
-        fail(&format!(
-            "device index {index} out of range 0..{}",
-            state::MAX_DEVICES
-        ));
-        return None;
-    }
-    g.segment_source(index).map_err(|e| set_error(&e)).ok()
+    open_for(index, |g| g.segment_source(index))
 }
 
 /// A new segment of exactly `size` bytes on `device` (`stream`: torch's current stream, not

@@ -5,29 +5,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::process::Command;
-
-use common::build_c_program;
-
 #[test]
 fn pools_through_the_c_library() {
-    if Command::new("gcc").arg("--version").output().is_err() {
-        common::skip("gcc not found; the pools C program test needs it");
+    let Some(printed) = common::run_c_program("pools.c", &[]) else {
         return;
-    }
-    let exe = build_c_program("pools.c", "pools");
-    let mut cmd = Command::new(&exe);
-    common::clean_env(&mut cmd);
-    cmd.env("CACHALOT_DEVICE", "sim");
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "pools.c failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: BTreeMap<&str, &str> = stdout.lines().filter_map(|l| l.split_once(' ')).collect();
+    };
+    let stdout = &printed.stdout;
+    let got = printed.keys();
     let mib20 = (20u64 << 20).to_string();
     for (key, want) in [
         ("create", "0"),

@@ -6,30 +6,14 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::process::Command;
-
-use common::build_c_program;
-
 #[test]
 fn segments_for_a_mempool_through_the_c_library() {
-    if Command::new("gcc").arg("--version").output().is_err() {
-        common::skip("gcc not found; the segments C program test needs it");
+    let Some(printed) = common::run_c_program("segments.c", &[("CACHALOT_SIM_CAPACITY", "64M")])
+    else {
         return;
-    }
-    let exe = build_c_program("segments.c", "segments");
-    let mut cmd = Command::new(&exe);
-    common::clean_env(&mut cmd);
-    cmd.env("CACHALOT_DEVICE", "sim")
-        .env("CACHALOT_SIM_CAPACITY", "64M");
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "segments.c failed: {stdout}\n{stderr}"
-    );
-    let got: BTreeMap<&str, &str> = stdout.lines().filter_map(|l| l.split_once(' ')).collect();
+    };
+    let (stdout, stderr) = (&printed.stdout, &printed.stderr);
+    let got = printed.keys();
     let mib = |n: u64| (n << 20).to_string();
     let expected: Vec<(&str, String)> = vec![
         ("kind", "sim".into()),

@@ -106,6 +106,21 @@ pub fn succeed(cmd: &mut Command) {
     );
 }
 
+/// Runs `cmd` and returns its standard output; panics with both of its outputs unless it
+/// succeeds.
+pub fn stdout_of(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 /// The variables torch 2.15 and cachalot read an allocator configuration from. Commands
 /// under test run without them ([`command`]), so that a developer's own settings never change
 /// a result.

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cachalot.h"
+#include "stats_json.h"
 
 static cachalot_stream_t stream_of(uintptr_t id) { return (cachalot_stream_t)id; }
 
@@ -14,15 +15,7 @@ static int only_stream_7(void *ctx, cachalot_stream_t s) {
   return s == stream_of(7);
 }
 
-static long long stat(const char *key) {
-  const char *json = cachalot_memory_stats_json(0);
-  char pat[128];
-  snprintf(pat, sizeof pat, "\"%s\":", key);
-  const char *at = json ? strstr(json, pat) : NULL;
-  long long v = -1;
-  if (at) sscanf(at + strlen(pat), "%lld", &v);
-  return v;
-}
+static long long stat(const char *key) { return stat_of(cachalot_memory_stats_json(0), key); }
 
 int main(void) {
   /* pool = MemPool(); with use_mem_pool(pool): x = 5 MiB */

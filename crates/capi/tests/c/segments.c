@@ -7,15 +7,7 @@
 #include <string.h>
 
 #include "cachalot.h"
-
-static long long stat_of(const char *json, const char *key) {
-  char pat[128];
-  snprintf(pat, sizeof pat, "\"%s\":", key);
-  const char *at = json ? strstr(json, pat) : NULL;
-  long long v = -1;
-  if (at) sscanf(at + strlen(pat), "%lld", &v);
-  return v;
-}
+#include "stats_json.h"
 
 static long long seg(const char *key) { return stat_of(cachalot_segment_stats_json(0), key); }
 static long long caching(const char *key) { return stat_of(cachalot_memory_stats_json(0), key); }

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -126,4 +127,46 @@ pub fn compile_c(source: &Path, name: &str, opt: &str) -> PathBuf {
         String::from_utf8_lossy(&out.stderr)
     );
     exe
+}
+
+/// What a C program printed.
+pub struct Printed {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Printed {
+    /// The "key value" lines of standard output.
+    pub fn keys(&self) -> BTreeMap<&str, &str> {
+        self.stdout
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .collect()
+    }
+}
+
+/// Builds `tests/c/SOURCE` and runs it on the simulated device with `env` set and none of
+/// the library's other variables; panics unless it succeeds. `None`, after saying why, where
+/// gcc is not installed.
+pub fn run_c_program(source: &str, env: &[(&str, &str)]) -> Option<Printed> {
+    if Command::new("gcc").arg("--version").output().is_err() {
+        skip(format!("gcc not found; the {source} test needs it"));
+        return None;
+    }
+    let name = source.trim_end_matches(".c");
+    let mut cmd = Command::new(build_c_program(source, name));
+    clean_env(&mut cmd);
+    cmd.env("CACHALOT_DEVICE", "sim").envs(env.iter().copied());
+    let out = cmd.output().unwrap();
+    let printed = Printed {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(
+        out.status.success(),
+        "{source} failed: {}\n{}",
+        printed.stdout,
+        printed.stderr
+    );
+    Some(printed)
 }
