@@ -4,8 +4,7 @@
 //! overall, whole and cut into ring buffers.
 
 use cachalot_core::{MempoolId, TraceAction};
-use cachalot_replay::diagnose::snapshot_conf;
-use cachalot_replay::input::{WindowCheck, check_window, read_snapshot_path, snapshot_input};
+use cachalot_replay::input::{WindowCheck, snapshot_input};
 use cachalot_replay::{ReplayOptions, replay};
 use cachalot_sim::SimConfig;
 use cachalot_torchfmt::{EventKind, EventOptions, Format, Snapshot, SnapshotError};
@@ -17,24 +16,17 @@ const FIXTURES: [&str; 4] = [
     "mempool-oom",
 ];
 
+#[path = "common/snapshots.rs"]
+mod snapshots;
+
+use snapshots::ring;
+
 fn read(name: &str) -> Snapshot {
-    let path = cachalot_testkit::fixtures().join(format!("snapshots/pools/{name}.pickle.gz"));
-    read_snapshot_path(&path).unwrap()
+    snapshots::read(&format!("snapshots/pools/{name}.pickle.gz"))
 }
 
 fn check(snap: &Snapshot) -> WindowCheck {
-    let input = snapshot_input(snap, 0, Format::Pickle, &EventOptions::WORKLOAD).unwrap();
-    let (conf, _) = snapshot_conf(snap);
-    check_window(&input, &conf).unwrap().unwrap()
-}
-
-/// The snapshot with only the last `keep` entries of its history.
-fn ring(snap: &Snapshot, keep: usize) -> Snapshot {
-    let mut s = snap.clone();
-    let e = &mut s.device_traces[0].entries;
-    let cut = e.len().saturating_sub(keep);
-    e.drain(..cut);
-    s
+    snapshots::check(snap, 0)
 }
 
 /// The private pools with segments at the snapshot.

@@ -4,37 +4,16 @@
 //! (tests/fixtures/snapshots/own, `scripts/gen_snapshot_fixtures.py`), on ring buffers made
 //! here by cutting a complete history, and on the shipped real snapshots.
 
-use std::path::PathBuf;
-
 use cachalot_replay::diagnose::snapshot_conf;
-use cachalot_replay::input::{WindowCheck, check_window, read_snapshot_path, snapshot_input};
+use cachalot_replay::input::snapshot_input;
 use cachalot_replay::{ReplayOptions, replay};
 use cachalot_sim::SimConfig;
 use cachalot_torchfmt::{EventOptions, FailedRequest, Format, Snapshot};
 
-fn fixtures() -> PathBuf {
-    cachalot_testkit::fixtures()
-}
+#[path = "common/snapshots.rs"]
+mod snapshots;
 
-fn read(rel: &str) -> Snapshot {
-    read_snapshot_path(&fixtures().join(rel)).unwrap()
-}
-
-fn check(snap: &Snapshot, device: u32) -> WindowCheck {
-    let input = snapshot_input(snap, device, Format::Pickle, &EventOptions::WORKLOAD).unwrap();
-    let (conf, _) = snapshot_conf(snap);
-    check_window(&input, &conf).unwrap().unwrap()
-}
-
-/// The snapshot with only the last `keep` entries of device 0's history, as a ring buffer of
-/// `keep` entries would have it.
-fn ring(snap: &Snapshot, keep: usize) -> Snapshot {
-    let mut s = snap.clone();
-    let e = &mut s.device_traces[0].entries;
-    let cut = e.len().saturating_sub(keep);
-    e.drain(..cut);
-    s
-}
+use snapshots::{check, read, ring};
 
 #[test]
 fn cut_histories_are_completed_exactly() {
