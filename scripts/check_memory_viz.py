@@ -14,10 +14,16 @@ the pickle for MemoryViz.js). With a reference pickle written by torch for the s
 the text views must be identical once `time_us` (a virtual clock in cachalot, wall-clock in
 torch) is masked.
 """
+
 import contextlib
 import io
 import pickle
 import sys
+
+
+def load(path):
+    with open(path, "rb") as f:
+        return pickle.load(f)
 
 
 def main():
@@ -26,8 +32,8 @@ def main():
     sys.path.insert(0, sys.argv[1])
     import _memory_viz as mv
 
-    ours = pickle.load(open(sys.argv[2], "rb"))
-    ref = pickle.load(open(sys.argv[3], "rb")) if len(sys.argv) == 4 else None
+    ours = load(sys.argv[2])
+    ref = load(sys.argv[3]) if len(sys.argv) == 4 else None
     if ref is not None:
         for snap in (ours, ref):
             for trace in snap["device_traces"]:

@@ -47,8 +47,16 @@ FIELDS = [
     ("cudaFree", "cudaFree", lambda o: o["fake_device"]["cudaFree"]),
     ("cuMemMap", "cuMemMap", lambda o: o["fake_device"]["cuMemMap"]),
     ("cuMemUnmap", "cuMemUnmap", lambda o: o["fake_device"]["cuMemUnmap"]),
-    ("cuMemAddressReserve", "cuMemAddressReserve", lambda o: o["fake_device"]["cuMemAddressReserve"]),
-    ("num_sync_all_streams", "num_sync_all_streams", lambda o: o["device_stats"]["num_sync_all_streams"]),
+    (
+        "cuMemAddressReserve",
+        "cuMemAddressReserve",
+        lambda o: o["fake_device"]["cuMemAddressReserve"],
+    ),
+    (
+        "num_sync_all_streams",
+        "num_sync_all_streams",
+        lambda o: o["device_stats"]["num_sync_all_streams"],
+    ),
     (
         "reserved_bytes_allocated",
         "reserved_bytes_allocated",
@@ -101,6 +109,7 @@ def run_oracle(oracle, trace, capacity, conf):
     env.pop("PYTORCH_ALLOC_CONF", None)
     out = subprocess.run(
         [str(oracle), "--max-oom-messages", "1", str(trace)],
+        check=False,  # the exit status is read below
         env=env,
         capture_output=True,
         text=True,
@@ -112,14 +121,18 @@ def run_oracle(oracle, trace, capacity, conf):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--oracle", default=str(ROOT.parent / "shared" / "oracle" / "oracle"))
     ap.add_argument("--cachalot", default=None)
     ap.add_argument("--only", default="")
     args = ap.parse_args()
     cachalot = args.cachalot
     if cachalot is None:
-        subprocess.run(["cargo", "build", "--release", "-q", "-p", "cachalot-cli"], cwd=ROOT, check=True)
+        subprocess.run(
+            ["cargo", "build", "--release", "-q", "-p", "cachalot-cli"], cwd=ROOT, check=True
+        )
         target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
         cachalot = str(target / "release" / "cachalot")
     index = json.loads((FIXTURES / "golden" / "index.json").read_text())
@@ -131,6 +144,7 @@ def main():
         capacity = entry["scenarios"]["tight"]["FAKE_CUDA_CAPACITY"]
         out = subprocess.run(
             [cachalot, "tune", str(trace), "--capacity", str(capacity), "--json", "--quiet"],
+            check=False,  # the exit status is read below
             capture_output=True,
             text=True,
         )
@@ -153,12 +167,16 @@ def main():
             ours = {name_: printed[conf][field] for name_, field, _ in FIELDS}
             if ours != oracle:
                 diff = {k: (ours[k], oracle[k]) for k in oracle if ours[k] != oracle[k]}
-                sys.exit(f"{name} {conf!r}: cachalot differs from the oracle (cachalot, oracle): {diff}")
+                sys.exit(
+                    f"{name} {conf!r}: cachalot differs from the oracle (cachalot, oracle): {diff}"
+                )
             configs.append({"PYTORCH_CUDA_ALLOC_CONF": conf, "roles": role, "oracle": oracle})
         rec = tuned["best"]
         by = {c["PYTORCH_CUDA_ALLOC_CONF"]: c["oracle"] for c in configs}
         if any(c["num_ooms"] == 0 for c in by.values()) and by[rec]["num_ooms"] != 0:
-            sys.exit(f"{name}: the recommendation {rec!r} runs out of memory in torch where another does not")
+            sys.exit(
+                f"{name}: the recommendation {rec!r} runs out of memory in torch where another does not"
+            )
         if key(by[rec]) > key(by[""]):
             sys.exit(f"{name}: the recommendation {rec!r} ranks below the default in torch")
         fixture = {

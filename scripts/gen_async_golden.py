@@ -25,7 +25,16 @@ The output is deterministic (gzip without timestamps, sorted keys in index.json)
 it twice changes nothing. crates/replay/tests/golden.rs (direct_backends_match_the_oracle) replays the same scenarios through
 cachalot and requires identical results.
 """
-import argparse, gzip, hashlib, io, json, os, subprocess, sys, tempfile
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -39,13 +48,21 @@ LOG_LIMIT = 64 << 10
 def scenarios(entry):
     oom_capacity = entry["scenarios"]["oom"]["FAKE_CUDA_CAPACITY"]
     return {
-        "async": {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync",
-                  "PYTORCH_NO_CUDA_MEMORY_CACHING": False, "FAKE_CUDA_CAPACITY": GIB80},
-        "async-oom": {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync",
-                      "PYTORCH_NO_CUDA_MEMORY_CACHING": False,
-                      "FAKE_CUDA_CAPACITY": oom_capacity},
-        "no-caching": {"PYTORCH_CUDA_ALLOC_CONF": "", "PYTORCH_NO_CUDA_MEMORY_CACHING": True,
-                       "FAKE_CUDA_CAPACITY": GIB80},
+        "async": {
+            "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync",
+            "PYTORCH_NO_CUDA_MEMORY_CACHING": False,
+            "FAKE_CUDA_CAPACITY": GIB80,
+        },
+        "async-oom": {
+            "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync",
+            "PYTORCH_NO_CUDA_MEMORY_CACHING": False,
+            "FAKE_CUDA_CAPACITY": oom_capacity,
+        },
+        "no-caching": {
+            "PYTORCH_CUDA_ALLOC_CONF": "",
+            "PYTORCH_NO_CUDA_MEMORY_CACHING": True,
+            "FAKE_CUDA_CAPACITY": GIB80,
+        },
     }
 
 
@@ -57,19 +74,26 @@ def gzip_bytes(data):
 
 
 def run_oracle(oracle, trace, sc):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF",
-                        "PYTORCH_NO_CUDA_MEMORY_CACHING")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING")
+    }
     env["PYTORCH_CUDA_ALLOC_CONF"] = sc["PYTORCH_CUDA_ALLOC_CONF"]
     env["FAKE_CUDA_CAPACITY"] = str(sc["FAKE_CUDA_CAPACITY"])
     if sc["PYTORCH_NO_CUDA_MEMORY_CACHING"]:
         env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
     with tempfile.TemporaryDirectory() as d:
         seg = os.path.join(d, "seg.csv")
-        r = subprocess.run([oracle, "--segments", seg, trace], env=env, capture_output=True)
+        r = subprocess.run(
+            [oracle, "--segments", seg, trace], check=False, env=env, capture_output=True
+        )
         if r.returncode not in (0, 3):
-            sys.exit(f"oracle failed on {trace} ({sc}): exit {r.returncode}\n"
-                     f"{r.stderr.decode(errors='replace')}")
+            sys.exit(
+                f"oracle failed on {trace} ({sc}): exit {r.returncode}\n"
+                f"{r.stderr.decode(errors='replace')}"
+            )
         with open(seg, "rb") as f:
             log = f.read()
     return json.loads(r.stdout), log
@@ -112,12 +136,17 @@ def main():
                     f.write(packed)
             elif os.path.exists(log_path):
                 os.remove(log_path)
-            out_sc[sc_name] = dict(sc, segments_log=has_log,
-                                   num_ooms=result["ooms"]["count"],
-                                   peak_reserved=result["peak"]["reserved_bytes"],
-                                   fatal_error=result.get("fatal_error") is not None)
-            print(f"{name}/{sc_name}: {result['segments_rows']} device calls, "
-                  f"{result['ooms']['count']} OOMs{'' if has_log else ' (digest only)'}")
+            out_sc[sc_name] = dict(
+                sc,
+                segments_log=has_log,
+                num_ooms=result["ooms"]["count"],
+                peak_reserved=result["peak"]["reserved_bytes"],
+                fatal_error=result.get("fatal_error") is not None,
+            )
+            print(
+                f"{name}/{sc_name}: {result['segments_rows']} device calls, "
+                f"{result['ooms']['count']} OOMs{'' if has_log else ' (digest only)'}"
+            )
         index[name] = {"trace": trace_rel, "scenarios": out_sc}
     with open(index_path, "w") as f:
         json.dump(index, f, indent=1, sort_keys=True)

@@ -11,6 +11,7 @@ Per trace T and scenario S: T.csv (the trace), T/S.json (the oracle's JSON witho
 and T/S.segments.csv (its --segments log). index.json lists the scenarios with their
 environment.
 """
+
 import json
 import os
 import shutil
@@ -20,13 +21,33 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORACLE_DIR = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "..", "shared", "oracle")
 OUT = os.path.join(ROOT, "tests", "fixtures", "pools")
-NEW_ROWS = ("pool_begin", "pool_end", "graph_begin", "graph_end", "pool_release",
-            "empty_cache", "record_stream")
+NEW_ROWS = (
+    "pool_begin",
+    "pool_end",
+    "graph_begin",
+    "graph_end",
+    "pool_release",
+    "empty_cache",
+    "record_stream",
+)
 MIB = 1 << 20
 # The keys the fixture test compares (the rest says how the run was set up, or is timing).
-KEPT = ("trace_stats", "events", "peak", "final", "num_device_alloc", "num_device_free",
-        "num_alloc_retries", "num_ooms", "ooms", "device_stats", "pools", "fake_device",
-        "cudaMemGetInfo_at_end", "fatal_error")
+KEPT = (
+    "trace_stats",
+    "events",
+    "peak",
+    "final",
+    "num_device_alloc",
+    "num_device_free",
+    "num_alloc_retries",
+    "num_ooms",
+    "ooms",
+    "device_stats",
+    "pools",
+    "fake_device",
+    "cudaMemGetInfo_at_end",
+    "fatal_error",
+)
 SCENARIOS = {
     "default": ("", 80 << 30),
     "expandable": ("expandable_segments:True", 80 << 30),
@@ -43,8 +64,10 @@ UNCACHED = {"uncached"}
 
 
 def main():
-    sources = [os.path.join(ORACLE_DIR, "tests", "traces"),
-               os.path.join(ROOT, "tests", "fixtures", "pool_traces")]
+    sources = [
+        os.path.join(ORACLE_DIR, "tests", "traces"),
+        os.path.join(ROOT, "tests", "fixtures", "pool_traces"),
+    ]
     oracle = os.path.join(ORACLE_DIR, "oracle")
     if os.path.isdir(OUT):
         shutil.rmtree(OUT)
@@ -56,7 +79,11 @@ def main():
             continue
         with open(os.path.join(traces_dir, name)) as f:
             text = f.read()
-        actions = {line.split(",")[2].strip().lower() for line in text.splitlines()[1:] if line.count(",") >= 2}
+        actions = {
+            line.split(",")[2].strip().lower()
+            for line in text.splitlines()[1:]
+            if line.count(",") >= 2
+        }
         if not actions & set(NEW_ROWS):
             continue
         stem = name[:-4]
@@ -70,12 +97,21 @@ def main():
             if scenario in UNCACHED:
                 env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
             seg = os.path.join(OUT, stem, scenario + ".segments.csv")
-            p = subprocess.run([oracle, "--segments", seg, os.path.join(OUT, name)],
-                               env=env, capture_output=True, text=True, check=False)
+            p = subprocess.run(
+                [oracle, "--segments", seg, os.path.join(OUT, name)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if p.returncode == 65:
                 os.remove(seg) if os.path.exists(seg) else None
-                scenarios[scenario] = {"PYTORCH_CUDA_ALLOC_CONF": conf, "FAKE_CUDA_CAPACITY": capacity,
-                                       "exit": 65, "stderr": p.stderr.strip()}
+                scenarios[scenario] = {
+                    "PYTORCH_CUDA_ALLOC_CONF": conf,
+                    "FAKE_CUDA_CAPACITY": capacity,
+                    "exit": 65,
+                    "stderr": p.stderr.strip(),
+                }
                 continue
             if p.returncode not in (0, 3):
                 sys.exit(f"{name} {scenario}: oracle exit {p.returncode}: {p.stderr}")
@@ -84,8 +120,11 @@ def main():
             with open(os.path.join(OUT, stem, scenario + ".json"), "w") as f:
                 json.dump(out, f, separators=(",", ":"))
                 f.write("\n")
-            scenarios[scenario] = {"PYTORCH_CUDA_ALLOC_CONF": conf, "FAKE_CUDA_CAPACITY": capacity,
-                                   "exit": p.returncode}
+            scenarios[scenario] = {
+                "PYTORCH_CUDA_ALLOC_CONF": conf,
+                "FAKE_CUDA_CAPACITY": capacity,
+                "exit": p.returncode,
+            }
             if scenario in UNCACHED:
                 scenarios[scenario]["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
         index[stem] = scenarios

@@ -26,11 +26,10 @@ Run from the repository root:
     PYTHON=~/.cache/cachalot-torch/bin/python ../shared/fakegpu/run.sh scripts/gen_pool_snapshots.py
 """
 
-import gzip
-import os
-import subprocess
 import sys
 from pathlib import Path
+
+import snapshot_fixture
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "snapshots" / "pools"
 MIB = 1 << 20
@@ -138,14 +137,8 @@ def child(name: str) -> None:
     torch.cuda.memory._record_memory_history(context=None, max_entries=entries)
     alive = run(torch)
     torch.cuda.synchronize()
-    out = OUT / name
-    tmp = str(out) + ".tmp"
-    torch.cuda.memory._dump_snapshot(tmp)
+    snapshot_fixture.dump_gz(torch, OUT / name)
     del alive
-    with open(tmp, "rb") as f:
-        data = f.read()
-    out.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
-    os.remove(tmp)
 
 
 def main() -> None:
@@ -154,11 +147,10 @@ def main() -> None:
         return
     OUT.mkdir(parents=True, exist_ok=True)
     for name, (_, _, conf) in RUNS.items():
-        env = dict(os.environ, FAKE_CUDA_CAPACITY=CAPACITY.get(name, "80G"))
-        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        env = {"FAKE_CUDA_CAPACITY": CAPACITY.get(name, "80G")}
         if conf:
             env["PYTORCH_CUDA_ALLOC_CONF"] = conf
-        subprocess.run([sys.executable, __file__, "--child", name], env=env, check=True)
+        snapshot_fixture.run_child(__file__, [name], env)
         print(f"wrote {OUT / name}")
 
 

@@ -12,11 +12,10 @@ Run from the repository root:
     PYTHON=~/.cache/cachalot-torch/bin/python ../shared/fakegpu/run.sh scripts/gen_ring_fixtures.py
 """
 
-import gzip
-import os
-import subprocess
 import sys
 from pathlib import Path
+
+import snapshot_fixture
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "snapshots" / "own"
 
@@ -73,13 +72,7 @@ def child(name: str) -> None:
     torch.cuda.memory._record_memory_history(context=None, max_entries=entries)
     run(torch, "cuda")
     torch.cuda.synchronize()
-    out = OUT / name
-    tmp = str(out) + ".tmp"
-    torch.cuda.memory._dump_snapshot(tmp)
-    with open(tmp, "rb") as f:
-        data = f.read()
-    out.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
-    os.remove(tmp)
+    snapshot_fixture.dump_gz(torch, OUT / name)
 
 
 def main() -> None:
@@ -87,10 +80,8 @@ def main() -> None:
         child(sys.argv[2])
         return
     OUT.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, FAKE_CUDA_CAPACITY="80G")
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     for name in RUNS:
-        subprocess.run([sys.executable, __file__, "--child", name], env=env, check=True)
+        snapshot_fixture.run_child(__file__, [name], {"FAKE_CUDA_CAPACITY": "80G"})
         print(f"wrote {OUT / name}")
 
 

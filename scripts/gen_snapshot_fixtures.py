@@ -19,11 +19,10 @@ Run from the repository root:
 its own device size and configuration.)
 """
 
-import gzip
-import os
-import subprocess
 import sys
 from pathlib import Path
+
+import snapshot_fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "snapshots" / "own"
@@ -58,12 +57,7 @@ def program(mode: str, out: str) -> None:
     except torch.OutOfMemoryError as e:
         print(f"{mode}: out of memory: {str(e)[:120]}", file=sys.stderr)
     torch.cuda.synchronize()
-    tmp = out + ".tmp"
-    torch.cuda.memory._dump_snapshot(tmp)
-    with open(tmp, "rb") as f, open(out, "wb") as raw:
-        with gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=raw, mtime=0) as g:
-            g.write(f.read())
-    os.remove(tmp)
+    snapshot_fixture.dump_gz(torch, Path(out))
 
 
 def main() -> None:
@@ -82,10 +76,7 @@ def main() -> None:
         ("ring", "mlp-ring.pickle.gz", {"FAKE_CUDA_CAPACITY": "80G"}),
     ]
     for mode, name, env in runs:
-        e = dict(os.environ)
-        e.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-        e.update(env)
-        subprocess.run([sys.executable, __file__, "--child", mode, str(OUT / name)], env=e, check=True)
+        snapshot_fixture.run_child(__file__, [mode, str(OUT / name)], env)
         print(f"wrote {OUT / name}")
 
 

@@ -21,6 +21,7 @@ Reported (one JSON object, on stdout and in --json):
   step_ms_median     median step time after warm-up (synchronized), and step_ms_p90
   final_loss         the loss of the last step (same seed: both allocators must agree)
 """
+
 import argparse
 import ctypes
 import json
@@ -45,9 +46,12 @@ def install_cachalot(torch, path):
     alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "cachalot_malloc", "cachalot_free")
     lib = ctypes.CDLL(path)
     hooks = alloc.allocator()
-    for setter, fn in [("set_init_fn", "cachalot_init"), ("set_reset_fn", "cachalot_reset"),
-                       ("set_memory_fraction_fn", "cachalot_set_memory_fraction"),
-                       ("set_record_stream_fn", "cachalot_record_stream")]:
+    for setter, fn in [
+        ("set_init_fn", "cachalot_init"),
+        ("set_reset_fn", "cachalot_reset"),
+        ("set_memory_fraction_fn", "cachalot_set_memory_fraction"),
+        ("set_record_stream_fn", "cachalot_record_stream"),
+    ]:
         if hasattr(hooks, setter):
             getattr(hooks, setter)(ctypes.cast(getattr(lib, fn), ctypes.c_void_p).value)
     torch.cuda.memory.change_current_allocator(alloc)
@@ -67,7 +71,7 @@ def cachalot_stats(lib):
 
 def main():
     args = parse_args()
-    import torch  # noqa: E402 (after argument parsing: --help works without torch)
+    import torch
 
     lib = None
     if args.allocator == "cachalot":
@@ -82,9 +86,11 @@ def main():
     dev = torch.device("cuda", 0)
     d_model, vocab = 512, 8192
     layer = torch.nn.TransformerEncoderLayer(d_model, 8, 2048, dropout=0.0, batch_first=True)
-    model = torch.nn.Sequential(torch.nn.Embedding(vocab, d_model),
-                                torch.nn.TransformerEncoder(layer, 4),
-                                torch.nn.Linear(d_model, vocab)).to(dev)
+    model = torch.nn.Sequential(
+        torch.nn.Embedding(vocab, d_model),
+        torch.nn.TransformerEncoder(layer, 4),
+        torch.nn.Linear(d_model, vocab),
+    ).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     gen = torch.Generator().manual_seed(1)
     times, used_peak, loss_value = [], 0, float("nan")
@@ -95,8 +101,9 @@ def main():
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         logits = model(tokens[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab),
-                                                 tokens[:, 1:].reshape(-1))
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1)
+        )
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

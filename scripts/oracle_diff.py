@@ -7,7 +7,13 @@ usage: scripts/oracle_diff.py TRACE.csv[.gz] [--capacity BYTES] [--conf STR] [--
 Needs `../shared/oracle/setup.sh` run once and a release build of the segdump example
 (`cargo build --release -p cachalot-replay --example segdump`).
 """
-import argparse, gzip, os, subprocess, sys, tempfile
+
+import argparse
+import gzip
+import os
+import subprocess
+import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -29,11 +35,16 @@ def run_both(header, rows, capacity, conf):
             f.write(header + "\n" + "\n".join(rows) + "\n")
         seg = os.path.join(d, "seg.csv")
         env = dict(os.environ, FAKE_CUDA_CAPACITY=str(capacity), PYTORCH_CUDA_ALLOC_CONF=conf)
-        r = subprocess.run([ORACLE, "--segments", seg, t], env=env, capture_output=True, text=True)
+        r = subprocess.run(
+            [ORACLE, "--segments", seg, t], check=False, env=env, capture_output=True, text=True
+        )
         if r.returncode not in (0, 3):
             raise SystemExit(f"oracle failed: {r.stderr}")
-        theirs = open(seg).read()
-        ours = subprocess.run([SEGDUMP, t, str(capacity), conf], capture_output=True, text=True, check=True).stdout
+        with open(seg) as f:
+            theirs = f.read()
+        ours = subprocess.run(
+            [SEGDUMP, t, str(capacity), conf], capture_output=True, text=True, check=True
+        ).stdout
         return ours, theirs
 
 
@@ -53,7 +64,7 @@ def shrink(header, rows, capacity, conf):
         chunk = max(1, len(rows) // n)
         reduced = False
         for i in range(0, len(rows), chunk):
-            cand = rows[:i] + rows[i + chunk:]
+            cand = rows[:i] + rows[i + chunk :]
             if cand and differs(header, cand, capacity, conf):
                 rows = cand
                 n = max(n - 1, 2)
@@ -81,7 +92,9 @@ def main():
         return
     ol, tl = ours.splitlines(), theirs.splitlines()
     i = next((k for k, (x, y) in enumerate(zip(ol, tl)) if x != y), min(len(ol), len(tl)))
-    print(f"first difference at row {i}:\n  cachalot {ol[i] if i < len(ol) else '<end>'}\n  oracle   {tl[i] if i < len(tl) else '<end>'}")
+    print(
+        f"first difference at row {i}:\n  cachalot {ol[i] if i < len(ol) else '<end>'}\n  oracle   {tl[i] if i < len(tl) else '<end>'}"
+    )
     if a.shrink:
         rows = shrink(header, rows, a.capacity, a.conf)
         with open(a.shrink, "w") as f:

@@ -9,7 +9,12 @@ NAME.oracle.json (the oracle's JSON without its timing, plus "exit_status") and
 NAME.segments.csv (its --segments file). crates/replay/tests/reproducers.rs replays the same
 cases through cachalot and compares.
 """
-import json, os, subprocess, sys, tempfile
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -18,8 +23,16 @@ ORACLE = os.environ.get("CACHALOT_ORACLE", os.path.join(ROOT, "..", "shared", "o
 
 
 def record(name, case):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTORCH_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_NO_HIP_MEMORY_CACHING")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "PYTORCH_ALLOC_CONF",
+            "PYTORCH_NO_CUDA_MEMORY_CACHING",
+            "PYTORCH_NO_HIP_MEMORY_CACHING",
+        )
+    }
     env["FAKE_CUDA_CAPACITY"] = str(case["capacity"])
     env["PYTORCH_CUDA_ALLOC_CONF"] = case["conf"]
     for var in ("PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_NO_HIP_MEMORY_CACHING"):
@@ -28,8 +41,13 @@ def record(name, case):
     with tempfile.TemporaryDirectory() as d:
         seg = os.path.join(d, "seg.csv")
         cmd = [ORACLE] + (["--ignore-streams"] if case.get("ignore_streams") else [])
-        r = subprocess.run(cmd + ["--segments", seg, os.path.join(DIR, name + ".csv")],
-                           env=env, capture_output=True, text=True)
+        r = subprocess.run(
+            cmd + ["--segments", seg, os.path.join(DIR, name + ".csv")],
+            check=False,  # the exit status is read below
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if r.returncode not in (0, 2, 3):
             raise SystemExit(f"{name}: oracle exit {r.returncode}: {r.stderr}")
         out = json.loads(r.stdout) if r.returncode != 2 else {}

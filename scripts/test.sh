@@ -20,8 +20,8 @@ echo "wheel: $WHEEL ($(du -k "$WHEEL" | cut -f1) KiB)"
 "$PY" -m zipfile -e "$WHEEL" target/wheel-unpacked
 cp target/wheel-unpacked/cachalot/_native.abi3.so python/cachalot/_native.abi3.so
 
-"$BIN/ruff" check python tests/python
-"$BIN/ruff" format --check python tests/python
+"$BIN/ruff" check python tests/python scripts
+"$BIN/ruff" format --check python tests/python scripts
 status=0
 PYTHONPATH="$PWD/python" "$PY" -m pytest tests/python -ra || status=$?
 # 5: no test collected (cannot happen with tests/python present, but is not a failure).
