@@ -6,15 +6,18 @@
 //!   FreeSet ── stream id ──► StreamSet (one per stream; a short list, or a hash past 8)
 //!   StreamSet: 976 size classes (exact below 16 bytes, then 16 per power of two), in size order
 //!              bitmap of non-empty classes (16 words + a summary word) to skip empty ones
-//!   class:     sorted chunks of at most 64 entries (one chunk for the usual few entries;
-//!              a two-level sorted list, cheap to keep sorted when a class holds thousands)
+//!   class:     one sorted vector of entries (most hold none or one); past 128 entries,
+//!              sorted chunks of at most 64 (a two-level list, cheap to keep sorted when a
+//!              class holds thousands)
 //!   entry:     (size, segment creation number, address, block id), 24 bytes
 //! ```
 //!
 //! Classes partition sizes in increasing order, so walking the classes in order and each
 //! class's sorted entries in order walks the whole stream in torch's order: a search returns
 //! the same block torch's `lower_bound` does. A search yields a [`Slot`], and removing at a
-//! slot needs no second search.
+//! slot needs no second search. A class keeps its vector's capacity when it empties, so a
+//! class that keeps emptying and refilling does not allocate, and inserting into an empty
+//! class is a store and a bitmap bit.
 
 use rustc_hash::FxHashMap;
 
@@ -23,22 +26,17 @@ use crate::block::BlockId;
 /// Free-set key within one stream: (size, segment creation number, address).
 pub(crate) type SizeKey = (u64, u32, u64);
 
-/// Entries per chunk before it splits in two (8 in unit tests, so that they split and merge
-/// chunks often).
-const CHUNK: usize = if cfg!(test) { 8 } else { 64 };
+/// Entries a class holds in one vector before it is cut into chunks (fewer in unit tests,
+/// so that classes are cut often).
+const FLAT_MAX: usize = if cfg!(test) { 6 } else { 128 };
+/// Entries per chunk of a chunked class before the chunk splits in two.
+const CHUNK: usize = if cfg!(test) { 4 } else { 64 };
 /// A chunk this short after a removal merges with its successor if both fit in one.
 const CHUNK_LOW: usize = CHUNK / 4;
 /// Number of size classes: 16 exact classes, then 16 per power of two from 16 to 2^63.
 const CLASSES: usize = 976;
 /// Words in the class bitmap.
 const WORDS: usize = CLASSES.div_ceil(64);
-/// A stream set holds up to this many entries in one sorted vector, then moves them into
-/// size classes ... (fewer in unit tests, so that sets change form often)
-const FLAT_MAX: usize = if cfg!(test) { 6 } else { 16 };
-/// ... and back into one vector when it falls to this many.
-const FLAT_MIN: usize = if cfg!(test) { 2 } else { 4 };
-/// The class number positions in the flat vector carry.
-const FLAT: usize = CLASSES;
 /// Streams kept in a short list before an index by hash is built.
 const LINEAR_STREAMS: usize = 8;
 
@@ -75,35 +73,143 @@ impl Entry {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Slot {
     set: u32,
-    class: u16,
     chunk: u32,
-    index: u32,
+    class: u16,
+    index: u16,
 }
 
-/// The sorted chunks of one size class. Holds one empty chunk when the class is empty (so a
-/// class that keeps emptying and refilling does not allocate).
-#[derive(Debug, Default, Clone)]
-struct Class {
-    chunks: Vec<Vec<Entry>>,
+/// The entries of one size class, sorted: one vector, or (past [`FLAT_MAX`] entries) sorted
+/// chunks, which stay chunked.
+#[derive(Debug, Clone)]
+enum Class {
+    Flat(Vec<Entry>),
+    Chunked(Vec<Vec<Entry>>),
 }
 
-/// Removes and returns entry `i` of a sorted vector. The last entry is popped: `Vec::remove`
-/// calls `memmove` even when nothing follows it, and most classes hold one entry.
-#[inline]
-fn take(v: &mut Vec<Entry>, i: usize) -> Entry {
-    if i + 1 == v.len() {
-        v.pop().expect("an entry at i")
-    } else {
-        v.remove(i)
+impl Default for Class {
+    fn default() -> Self {
+        Class::Flat(Vec::new())
     }
 }
 
-/// Inserts `e` into a class of several chunks, in order.
+impl Class {
+    /// Chunk `ci` (the vector itself for a flat class); empty past the end.
+    #[inline]
+    fn chunk(&self, ci: usize) -> &[Entry] {
+        match self {
+            Class::Flat(v) if ci == 0 => v,
+            Class::Flat(_) => &[],
+            Class::Chunked(chunks) => chunks.get(ci).map_or(&[], Vec::as_slice),
+        }
+    }
+
+    /// The number of chunks (1 for a flat class).
+    #[inline]
+    fn chunks(&self) -> usize {
+        match self {
+            Class::Flat(_) => 1,
+            Class::Chunked(chunks) => chunks.len(),
+        }
+    }
+
+    /// The position of the first entry not less than `key`: (chunk, index); the index may be
+    /// one past the end of the last chunk.
+    #[inline]
+    fn lower_bound(&self, key: SizeKey) -> (usize, usize) {
+        match self {
+            Class::Flat(v) => (0, v.partition_point(|x| x.key() < key)),
+            Class::Chunked(chunks) => chunked_lower_bound(chunks, key),
+        }
+    }
+
+    /// The position of the first entry of at least `size` bytes, if the class has one.
+    #[inline]
+    fn first_at_or_after(&self, size: u64) -> Option<(usize, usize)> {
+        match self {
+            Class::Flat(v) => match v.last() {
+                Some(last) if last.size >= size => Some((0, v.partition_point(|e| e.size < size))),
+                _ => None,
+            },
+            Class::Chunked(chunks) => {
+                let (ci, i) = chunked_lower_bound(chunks, (size, 0, 0));
+                (i < chunks[ci].len()).then_some((ci, i))
+            }
+        }
+    }
+
+    /// Inserts `e` in order; returns whether the class was empty.
+    #[inline]
+    fn insert(&mut self, e: Entry) -> bool {
+        match self {
+            Class::Flat(v) if v.is_empty() => {
+                // The usual case: a store.
+                v.push(e);
+                true
+            }
+            Class::Flat(v) => {
+                let key = e.key();
+                let i = v.partition_point(|x| x.key() < key);
+                debug_assert!(
+                    v.get(i).is_none_or(|x| x.key() != key),
+                    "block already in the free set"
+                );
+                v.insert(i, e);
+                if v.len() > FLAT_MAX {
+                    self.cut();
+                }
+                false
+            }
+            Class::Chunked(chunks) => insert_chunked(chunks, e),
+        }
+    }
+
+    /// Cuts an over-full flat class into chunks of half a chunk each.
+    #[cold]
+    #[inline(never)]
+    fn cut(&mut self) {
+        if let Class::Flat(v) = self {
+            let chunks = v.chunks(CHUNK / 2).map(<[Entry]>::to_vec).collect();
+            *self = Class::Chunked(chunks);
+        }
+    }
+
+    /// Removes entry `i` of chunk `ci`; returns it and whether the class is now empty. The
+    /// last entry is popped: `Vec::remove` calls `memmove` even when nothing follows it, and
+    /// most classes hold one entry.
+    #[inline]
+    fn remove_at(&mut self, ci: usize, i: usize) -> (Entry, bool) {
+        match self {
+            Class::Flat(v) => {
+                let e = if i + 1 == v.len() {
+                    v.pop().expect("an entry at i")
+                } else {
+                    v.remove(i)
+                };
+                (e, v.is_empty())
+            }
+            Class::Chunked(chunks) => remove_chunked(chunks, ci, i),
+        }
+    }
+}
+
+/// The position of the first entry not less than `key` in a chunked class: (chunk, index);
+/// the index may be one past the end of the last chunk.
+#[inline]
+fn chunked_lower_bound(chunks: &[Vec<Entry>], key: SizeKey) -> (usize, usize) {
+    let mut ci = chunks.partition_point(|ch| ch.last().is_some_and(|e| e.key() < key));
+    if ci == chunks.len() {
+        ci -= 1;
+    }
+    (ci, chunks[ci].partition_point(|e| e.key() < key))
+}
+
+/// Inserts `e` into a chunked class, in order; returns whether the class was empty.
 #[cold]
 #[inline(never)]
-fn insert_chunked(chunks: &mut Vec<Vec<Entry>>, e: Entry) {
+fn insert_chunked(chunks: &mut Vec<Vec<Entry>>, e: Entry) -> bool {
     let key = e.key();
-    let (ci, i) = lower_bound(chunks, key);
+    let was_empty = chunks.len() == 1 && chunks[0].is_empty();
+    let (ci, i) = chunked_lower_bound(chunks, key);
     let chunk = &mut chunks[ci];
     debug_assert!(
         chunk.get(i).is_none_or(|x| x.key() != key),
@@ -111,56 +217,37 @@ fn insert_chunked(chunks: &mut Vec<Vec<Entry>>, e: Entry) {
     );
     chunk.insert(i, e);
     if chunk.len() > CHUNK {
-        split_chunk(chunks, ci);
+        let upper = chunk.split_off(CHUNK / 2);
+        chunks.insert(ci + 1, upper);
     }
+    was_empty
 }
 
-/// Cuts the over-full chunk `ci` in two halves.
+/// Removes entry `i` of chunk `ci` of a chunked class; returns it and whether the class is
+/// now empty. A chunk left short merges with its successor if both fit in one; an empty
+/// chunk goes, except the class's last.
 #[cold]
 #[inline(never)]
-fn split_chunk(chunks: &mut Vec<Vec<Entry>>, ci: usize) {
-    let upper = chunks[ci].split_off(CHUNK / 2);
-    chunks.insert(ci + 1, upper);
-}
-
-/// After a removal left chunk `ci` (of several) short: drops it if empty, else merges it with
-/// its successor if both fit in one.
-#[cold]
-#[inline(never)]
-fn rebalance(chunks: &mut Vec<Vec<Entry>>, ci: usize) {
-    let n = chunks[ci].len();
-    if n == 0 {
+fn remove_chunked(chunks: &mut Vec<Vec<Entry>>, ci: usize, i: usize) -> (Entry, bool) {
+    let chunk = &mut chunks[ci];
+    let e = if i + 1 == chunk.len() {
+        chunk.pop().expect("an entry at i")
+    } else {
+        chunk.remove(i)
+    };
+    let n = chunk.len();
+    if n == 0 && chunks.len() > 1 {
         chunks.remove(ci);
-    } else if ci + 1 < chunks.len() && n + chunks[ci + 1].len() <= CHUNK {
+    } else if n < CHUNK_LOW && ci + 1 < chunks.len() && n + chunks[ci + 1].len() <= CHUNK {
         let next = chunks.remove(ci + 1);
         chunks[ci].extend_from_slice(&next);
     }
+    (e, chunks.len() == 1 && chunks[0].is_empty())
 }
 
-/// The position of the first entry not less than `key` in a class: (chunk, index); the
-/// index may be one past the end of the last chunk.
-#[inline]
-fn lower_bound(chunks: &[Vec<Entry>], key: SizeKey) -> (usize, usize) {
-    let mut ci = 0;
-    if chunks.len() > 1 {
-        ci = chunks.partition_point(|ch| ch.last().is_some_and(|e| e.key() < key));
-        if ci == chunks.len() {
-            ci -= 1;
-        }
-    }
-    let chunk = &chunks[ci];
-    (ci, chunk.partition_point(|e| e.key() < key))
-}
-
-/// The free blocks of one stream: few of them in one sorted vector (`flat`), more in size
-/// classes.
+/// The free blocks of one stream, in size classes.
 #[derive(Debug, Clone)]
 struct StreamSet {
-    /// Whether the entries are in `flat` (the classes are then all empty).
-    is_flat: bool,
-    flat: Vec<Entry>,
-    /// Entries in the classes.
-    classed: usize,
     /// Bit `c` set iff class `c` holds an entry.
     bitmap: [u64; WORDS],
     /// Bit `w` set iff `bitmap[w]` is non-zero.
@@ -172,23 +259,16 @@ struct StreamSet {
 impl StreamSet {
     fn new() -> Self {
         StreamSet {
-            is_flat: true,
-            flat: Vec::new(),
-            classed: 0,
             bitmap: [0; WORDS],
             summary: 0,
             classes: Vec::new(),
         }
     }
 
-    /// The sorted chunks of class `c` (the flat vector for [`FLAT`]).
+    /// Chunk `ci` of class `c` (empty past the classes grown so far).
     #[inline]
-    fn chunks(&self, c: usize) -> &[Vec<Entry>] {
-        if c == FLAT {
-            std::slice::from_ref(&self.flat)
-        } else {
-            &self.classes[c].chunks
-        }
+    fn chunk(&self, c: usize, ci: usize) -> &[Entry] {
+        self.classes.get(c).map_or(&[], |class| class.chunk(ci))
     }
 
     #[inline]
@@ -204,11 +284,6 @@ impl StreamSet {
         if self.bitmap[w] == 0 {
             self.summary &= !(1 << w);
         }
-    }
-
-    #[inline]
-    fn is_marked(&self, c: usize) -> bool {
-        self.bitmap[c / 64] & (1 << (c % 64)) != 0
     }
 
     /// The first non-empty class at or after `c`.
@@ -248,162 +323,59 @@ impl StreamSet {
 
     #[inline]
     fn insert(&mut self, e: Entry) {
-        if self.is_flat {
-            let key = e.key();
-            let i = self.flat.partition_point(|x| x.key() < key);
-            debug_assert!(
-                self.flat.get(i).is_none_or(|x| x.key() != key),
-                "block already in the free set"
-            );
-            self.flat.insert(i, e);
-            if self.flat.len() > FLAT_MAX {
-                self.unflatten();
-            }
-        } else {
-            self.insert_classed(e);
-        }
-    }
-
-    /// Moves the entries of the flat vector into size classes (the set outgrew it).
-    #[cold]
-    #[inline(never)]
-    fn unflatten(&mut self) {
-        self.is_flat = false;
-        let mut flat = std::mem::take(&mut self.flat);
-        for e in flat.drain(..) {
-            self.insert_classed(e);
-        }
-        self.flat = flat;
-    }
-
-    #[inline]
-    fn insert_classed(&mut self, e: Entry) {
         let c = class_of(e.size);
         if c >= self.classes.len() {
             self.grow_classes(c);
         }
-        let key = e.key();
-        let chunks = &mut self.classes[c].chunks;
-        if chunks.len() == 1 {
-            // The usual case: the class fits in one chunk.
-            let chunk = &mut chunks[0];
-            let i = chunk.partition_point(|x| x.key() < key);
-            debug_assert!(
-                chunk.get(i).is_none_or(|x| x.key() != key),
-                "block already in the free set"
-            );
-            chunk.insert(i, e);
-            if chunk.len() > CHUNK {
-                split_chunk(chunks, 0);
-            }
-        } else {
-            insert_chunked(chunks, e);
+        if self.classes[c].insert(e) {
+            self.mark(c);
         }
-        self.classed += 1;
-        self.mark(c);
     }
 
-    /// Adds classes up to class `c`, each with its one empty chunk.
+    /// Adds empty classes up to class `c`.
     #[cold]
     #[inline(never)]
     fn grow_classes(&mut self, c: usize) {
-        self.classes.resize_with(c + 1, || Class {
-            chunks: vec![Vec::new()],
-        });
+        self.classes.resize_with(c + 1, Class::default);
     }
 
-    /// Removes the entry at (class, chunk, index).
+    /// Removes entry `i` of chunk `ci` of class `c`.
     #[inline]
     fn remove_at(&mut self, c: usize, ci: usize, i: usize) -> Entry {
-        if c == FLAT {
-            return take(&mut self.flat, i);
-        }
-        let e = self.remove_classed(c, ci, i);
-        if self.classed <= FLAT_MIN {
-            self.flatten();
-        }
-        e
-    }
-
-    /// Moves the few entries left in the classes back into one vector, in order; each class
-    /// keeps one empty chunk.
-    #[cold]
-    #[inline(never)]
-    fn flatten(&mut self) {
-        while let Some(c) = self.next_class(0) {
+        let (e, now_empty) = self.classes[c].remove_at(ci, i);
+        if now_empty {
             self.unmark(c);
-            let chunks = &mut self.classes[c].chunks;
-            for ch in chunks.iter() {
-                self.flat.extend_from_slice(ch);
-            }
-            chunks.truncate(1);
-            chunks[0].clear();
         }
-        self.classed = 0;
-        self.is_flat = true;
-    }
-
-    #[inline]
-    fn remove_classed(&mut self, c: usize, ci: usize, i: usize) -> Entry {
-        let chunks = &mut self.classes[c].chunks;
-        let e = take(&mut chunks[ci], i);
-        let n = chunks[ci].len();
-        if n < CHUNK_LOW {
-            if chunks.len() > 1 {
-                rebalance(chunks, ci);
-            } else if n == 0 {
-                self.unmark(c);
-            }
-        }
-        self.classed -= 1;
         e
-    }
-
-    /// The position of the entry with `key` and block `id`, if it is there.
-    #[inline]
-    fn position(&self, key: SizeKey, id: BlockId) -> Option<(usize, usize, usize)> {
-        let (c, ci, i) = if self.is_flat {
-            (FLAT, 0, self.flat.partition_point(|x| x.key() < key))
-        } else {
-            let c = class_of(key.0);
-            if !self.is_marked(c) {
-                return None;
-            }
-            let (ci, i) = lower_bound(&self.classes[c].chunks, key);
-            (c, ci, i)
-        };
-        match self.chunks(c)[ci].get(i) {
-            Some(e) if e.key() == key && e.id == id => Some((c, ci, i)),
-            _ => None,
-        }
     }
 
     /// Removes the entry with `key` and block `id`; returns whether it was there.
     #[inline]
     fn remove(&mut self, key: SizeKey, id: BlockId) -> bool {
-        match self.position(key, id) {
-            Some((c, ci, i)) => {
+        let c = class_of(key.0);
+        let Some(class) = self.classes.get(c) else {
+            return false;
+        };
+        let (ci, i) = match class {
+            Class::Flat(v) if v.len() == 1 => (0, 0),
+            _ => class.lower_bound(key),
+        };
+        match class.chunk(ci).get(i) {
+            Some(e) if e.key() == key && e.id == id => {
                 self.remove_at(c, ci, i);
                 true
             }
-            None => false,
+            _ => false,
         }
     }
 
-    /// The position of the first entry of at least `size` bytes, if any.
+    /// The position of the first entry of at least `size` bytes, if any: (class, chunk,
+    /// index).
     #[inline]
     fn first_at_or_after(&self, size: u64) -> Option<(usize, usize, usize)> {
-        if self.is_flat {
-            let i = self.flat.partition_point(|e| e.size < size);
-            return (i < self.flat.len()).then_some((FLAT, 0, i));
-        }
         let c = class_of(size);
-        if self.is_marked(c) {
-            let chunks = &self.classes[c].chunks;
-            let (ci, i) = lower_bound(chunks, (size, 0, 0));
-            if i < chunks[ci].len() {
-                return Some((c, ci, i));
-            }
+        if let Some((ci, i)) = self.classes.get(c).and_then(|k| k.first_at_or_after(size)) {
+            return Some((c, ci, i));
         }
         self.next_class(c + 1).map(|c| (c, 0, 0))
     }
@@ -411,21 +383,17 @@ impl StreamSet {
     /// The position just after the last entry of fewer than `size` bytes: (class, chunk,
     /// index) where the index counts the entries before it in that chunk.
     fn end_before(&self, size: u64) -> Option<(usize, usize, usize)> {
-        if self.is_flat {
-            let i = self.flat.partition_point(|e| e.size < size);
-            return (i > 0).then_some((FLAT, 0, i));
-        }
         let c = class_of(size);
-        if self.is_marked(c) {
-            let chunks = &self.classes[c].chunks;
-            let (ci, i) = lower_bound(chunks, (size, 0, 0));
+        if let Some(class) = self.classes.get(c) {
+            let (ci, i) = class.lower_bound((size, 0, 0));
             if i > 0 || ci > 0 {
                 return Some((c, ci, i));
             }
         }
         let c = self.prev_class(c.checked_sub(1)?)?;
-        let chunks = &self.classes[c].chunks;
-        Some((c, chunks.len() - 1, chunks[chunks.len() - 1].len()))
+        let class = &self.classes[c];
+        let ci = class.chunks() - 1;
+        Some((c, ci, class.chunk(ci).len()))
     }
 }
 
@@ -570,11 +538,10 @@ impl FreeSet {
     pub fn entries(&self) -> impl Iterator<Item = (u64, SizeKey, BlockId)> + '_ {
         self.order.iter().flat_map(move |&s| {
             let stream = self.streams[s as usize];
-            let set = &self.sets[s as usize];
-            // One of the two is empty.
-            set.flat
+            self.sets[s as usize]
+                .classes
                 .iter()
-                .chain(set.classes.iter().flat_map(|c| c.chunks.iter().flatten()))
+                .flat_map(|class| (0..class.chunks()).flat_map(move |ci| class.chunk(ci)))
                 .map(move |e| (stream, e.key(), e.id))
         })
     }
@@ -596,18 +563,17 @@ impl<'a> Iterator for Forward<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         let set = self.set?;
         loop {
-            let chunks = set.chunks(self.c);
-            if let Some(e) = chunks[self.ci].get(self.i) {
+            if let Some(e) = set.chunk(self.c, self.ci).get(self.i) {
                 let slot = Slot {
                     set: self.s,
                     class: self.c as u16,
                     chunk: self.ci as u32,
-                    index: self.i as u32,
+                    index: self.i as u16,
                 };
                 self.i += 1;
                 return Some((slot, &e.id));
             }
-            if self.ci + 1 < chunks.len() {
+            if self.ci + 1 < set.classes[self.c].chunks() {
                 self.ci += 1;
                 self.i = 0;
                 continue;
@@ -642,23 +608,22 @@ impl<'a> Iterator for Backward<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         let set = self.set?;
         loop {
-            let chunks = set.chunks(self.c);
             if self.i > 0 {
                 self.i -= 1;
-                let e = &chunks[self.ci][self.i];
+                let e = &set.chunk(self.c, self.ci)[self.i];
                 return Some((e.key(), &e.id));
             }
             if self.ci > 0 {
                 self.ci -= 1;
-                self.i = chunks[self.ci].len();
+                self.i = set.chunk(self.c, self.ci).len();
                 continue;
             }
             match self.c.checked_sub(1).and_then(|c| set.prev_class(c)) {
                 Some(c) => {
-                    let chunks = &set.classes[c].chunks;
+                    let class = &set.classes[c];
                     self.c = c;
-                    self.ci = chunks.len() - 1;
-                    self.i = chunks[self.ci].len();
+                    self.ci = class.chunks() - 1;
+                    self.i = class.chunk(self.ci).len();
                 }
                 None => {
                     self.set = None;
@@ -705,7 +670,7 @@ mod tests {
         Query { stream: u64, size: u64 },
     }
 
-    /// Sizes that crowd a few classes (chunks split and merge) and spread over many.
+    /// Sizes that crowd a few classes (long sorted classes) and spread over many.
     fn size() -> impl Strategy<Value = u64> {
         prop_oneof![
             (0u64..40).prop_map(|k| (1 << 20) + k * 512),
