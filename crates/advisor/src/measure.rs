@@ -4,7 +4,7 @@ use std::cmp::Ordering;
 use std::ops::ControlFlow;
 
 use cachalot_replay::{
-    LoadedTrace, Progress, ReplayOptions, ReplayReport, replay, replay_with_hook,
+    LoadedTrace, Progress, ReplayOptions, ReplayReport, TraceOp, replay, replay_with_hook,
 };
 use cachalot_sim::SimConfig;
 
@@ -160,8 +160,10 @@ pub(crate) fn options(conf: &cachalot_core::AllocConf, capacity: u64) -> ReplayO
 
 /// Replays `candidate` at `capacity` on every part of the workload; the outcome is that of
 /// the part that ranks worst. `beaten` is asked, every [`CHECK_EVERY`] operations and at each
-/// out-of-memory, whether the running key of the part being replayed already loses (then the
-/// worst part does too); if so the replay stops and the outcome is [`Outcome::Cut`].
+/// out-of-memory, whether the running key of the part being replayed, with the out-of-memory
+/// errors and retries that its requests still ahead which no device of `capacity` serves
+/// will add, already loses (then the worst part does too); if so the replay stops and the
+/// outcome is [`Outcome::Cut`].
 pub fn evaluate(
     w: &dyn Workload,
     candidate: &Candidate,
@@ -201,8 +203,9 @@ fn evaluate_part(
         None => replay(trace, &opts)?,
         Some(beaten) => {
             let mut cut_at = None;
+            let ahead = Doomed::of(trace, &candidate.conf, capacity);
             let mut hook = |p: &Progress<'_>| {
-                if beaten(&RankKey::from_progress(p, cost)) {
+                if beaten(&ahead.after(p.op_index, RankKey::from_progress(p, cost))) {
                     cut_at = Some(p.op_index);
                     ControlFlow::Break(())
                 } else {
@@ -217,6 +220,52 @@ fn evaluate_part(
         }
     };
     Ok(Outcome::Done(metrics_of(&report, capacity, cost)))
+}
+
+/// The requests of a trace that no device of the capacity serves
+/// ([`cachalot_core::bounds::doomed_request`]), with what they add for certain: each
+/// operation index with the out-of-memory errors and retries counted up to and including it.
+struct Doomed {
+    at: Vec<(usize, u64, u64)>,
+}
+
+impl Doomed {
+    fn of(trace: &LoadedTrace, conf: &cachalot_core::AllocConf, capacity: u64) -> Self {
+        let (mut ooms, mut retries) = (0, 0);
+        let at = trace
+            .ops
+            .iter()
+            .enumerate()
+            .filter_map(|(i, op)| match *op {
+                TraceOp::Alloc { size, .. } => {
+                    let d = cachalot_core::bounds::doomed_request(size, capacity, conf)?;
+                    ooms += d.ooms;
+                    retries += d.retries;
+                    Some((i, ooms, retries))
+                }
+                _ => None,
+            })
+            .collect();
+        Doomed { at }
+    }
+
+    /// `key`, the running key after operation `op_index`, with what the doomed requests after
+    /// it will add: a lower bound of the key the replay ends with.
+    fn after(&self, op_index: usize, mut key: RankKey) -> RankKey {
+        let (Some(&(_, ooms, retries)), done) = (
+            self.at.last(),
+            self.at.partition_point(|&(i, ..)| i <= op_index),
+        ) else {
+            return key;
+        };
+        let (ooms_done, retries_done) = match done {
+            0 => (0, 0),
+            n => (self.at[n - 1].1, self.at[n - 1].2),
+        };
+        key.ooms += ooms - ooms_done;
+        key.retries += retries - retries_done;
+        key
+    }
 }
 
 /// The numbers of a finished replay.
@@ -303,6 +352,56 @@ mod tests {
             ..key(0.0, 0)
         };
         assert_eq!(slow.rank_cmp(&retrying), Ordering::Less);
+    }
+
+    /// gpt2-train with requests no device of `capacity` serves inserted every `every` rows.
+    fn with_doomed(every: usize, capacity: u64) -> LoadedTrace {
+        let p = cachalot_testkit::fixture("traces").join("gpt2-train.csv.gz");
+        let csv = String::from_utf8(cachalot_testkit::gunzip(&p)).unwrap();
+        let mut out = String::new();
+        for (i, line) in csv.lines().enumerate() {
+            out.push_str(line);
+            out.push('\n');
+            if i > 0 && i % every == 0 {
+                out.push_str(&format!("1,0,allocate,0xd00{i:x},{},0\n", capacity + 1));
+            }
+        }
+        cachalot_replay::load_bytes(out.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn the_doomed_requests_ahead_bound_the_final_key() {
+        let cost = CostModel::default();
+        for (capacity, every) in [(4u64 << 30, 3000), (20 << 30, 997), (2 << 30, 5000)] {
+            let trace = with_doomed(every, capacity);
+            for conf in [
+                "",
+                "expandable_segments:True",
+                "max_split_size_mb:128,roundup_power2_divisions:4",
+                "garbage_collection_threshold:0.6,per_process_memory_fraction:0.95",
+            ] {
+                let c = Candidate::parse(conf).unwrap();
+                let ahead = Doomed::of(&trace, &c.conf, capacity);
+                let mut seen = Vec::new();
+                let mut hook = |p: &Progress<'_>| {
+                    seen.push(ahead.after(p.op_index, RankKey::from_progress(p, &cost)));
+                    ControlFlow::Continue(())
+                };
+                let r =
+                    replay_with_hook(&trace, &options(&c.conf, capacity), 64, &mut hook).unwrap();
+                let end = metrics_of(&r, capacity, &cost).key();
+                for k in &seen {
+                    assert_ne!(k.rank_cmp(&end), Ordering::Greater, "{conf} at {capacity}");
+                }
+                // The bound is the doomed requests exactly where nothing else fails.
+                let doomed = ahead.at.last().map_or(0, |a| a.1);
+                assert!(doomed > 0);
+                if r.ooms.count == doomed {
+                    assert_eq!(seen[0].ooms, end.ooms, "{conf} at {capacity}");
+                    assert_eq!(seen[0].retries, end.retries, "{conf} at {capacity}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //!
 //! Replays in a round run in parallel. A replay is cut short as soon as its running ranking
 //! key ranks below the `top`-th best finished one (OOMs, retries, device-call time and peak
-//! reserved only grow during a replay, so it cannot end better): the best `top` distinct
+//! reserved only grow during a replay, so it cannot end better), counting in the
+//! out-of-memory errors and retries still ahead that are certain: requests that no device of
+//! the capacity can serve ([`cachalot_core::bounds::doomed_request`]). The best `top` distinct
 //! results are exact, whatever finishes first. A result equal to a better-ranked one's is kept
 //! only in its simplest form.
 

@@ -27,6 +27,7 @@
 
 pub mod async_backend;
 mod block;
+pub mod bounds;
 pub mod bytesize;
 pub mod config;
 mod error;
