@@ -173,22 +173,27 @@ impl Class {
         }
     }
 
-    /// Removes entry `i` of chunk `ci`; returns it and whether the class is now empty. The
-    /// last entry is popped: `Vec::remove` calls `memmove` even when nothing follows it, and
-    /// most classes hold one entry.
-    #[inline]
-    fn remove_at(&mut self, ci: usize, i: usize) -> (Entry, bool) {
+    /// Removes entry `i` of chunk `ci`; returns its block and whether the class is now empty.
+    #[inline(always)]
+    fn remove_at(&mut self, ci: usize, i: usize) -> (BlockId, bool) {
         match self {
-            Class::Flat(v) => {
-                let e = if i + 1 == v.len() {
-                    v.pop().expect("an entry at i")
-                } else {
-                    v.remove(i)
-                };
-                (e, v.is_empty())
+            Class::Flat(v) => (take(v, i).id, v.is_empty()),
+            Class::Chunked(chunks) => {
+                let (e, empty) = remove_chunked(chunks, ci, i);
+                (e.id, empty)
             }
-            Class::Chunked(chunks) => remove_chunked(chunks, ci, i),
         }
+    }
+}
+
+/// Removes and returns entry `i` of a sorted vector. The last entry is popped: `Vec::remove`
+/// calls `memmove` even when nothing follows it, and most classes hold one entry.
+#[inline(always)]
+fn take(v: &mut Vec<Entry>, i: usize) -> Entry {
+    if i + 1 == v.len() {
+        v.pop().expect("an entry at i")
+    } else {
+        v.remove(i)
     }
 }
 
@@ -230,11 +235,7 @@ fn insert_chunked(chunks: &mut Vec<Vec<Entry>>, e: Entry) -> bool {
 #[inline(never)]
 fn remove_chunked(chunks: &mut Vec<Vec<Entry>>, ci: usize, i: usize) -> (Entry, bool) {
     let chunk = &mut chunks[ci];
-    let e = if i + 1 == chunk.len() {
-        chunk.pop().expect("an entry at i")
-    } else {
-        chunk.remove(i)
-    };
+    let e = take(chunk, i);
     let n = chunk.len();
     if n == 0 && chunks.len() > 1 {
         chunks.remove(ci);
@@ -339,29 +340,50 @@ impl StreamSet {
         self.classes.resize_with(c + 1, Class::default);
     }
 
-    /// Removes entry `i` of chunk `ci` of class `c`.
-    #[inline]
-    fn remove_at(&mut self, c: usize, ci: usize, i: usize) -> Entry {
-        let (e, now_empty) = self.classes[c].remove_at(ci, i);
+    /// Removes entry `i` of chunk `ci` of class `c`; returns its block.
+    #[inline(always)]
+    fn remove_at(&mut self, c: usize, ci: usize, i: usize) -> BlockId {
+        let (id, now_empty) = self.classes[c].remove_at(ci, i);
         if now_empty {
             self.unmark(c);
         }
-        e
+        id
     }
 
     /// Removes the entry with `key` and block `id`; returns whether it was there.
     #[inline]
     fn remove(&mut self, key: SizeKey, id: BlockId) -> bool {
         let c = class_of(key.0);
-        let Some(class) = self.classes.get(c) else {
+        let Some(class) = self.classes.get_mut(c) else {
             return false;
         };
-        let (ci, i) = match class {
-            Class::Flat(v) if v.len() == 1 => (0, 0),
-            _ => class.lower_bound(key),
+        let Class::Flat(v) = class else {
+            return self.remove_chunked(c, key, id);
         };
+        let i = if v.len() == 1 {
+            0
+        } else {
+            v.partition_point(|x| x.key() < key)
+        };
+        match v.get(i) {
+            Some(e) if e.id == id && e.key() == key => {}
+            _ => return false,
+        }
+        take(v, i);
+        if v.is_empty() {
+            self.unmark(c);
+        }
+        true
+    }
+
+    /// [`StreamSet::remove`] from the chunked class `c`.
+    #[cold]
+    #[inline(never)]
+    fn remove_chunked(&mut self, c: usize, key: SizeKey, id: BlockId) -> bool {
+        let class = &self.classes[c];
+        let (ci, i) = class.lower_bound(key);
         match class.chunk(ci).get(i) {
-            Some(e) if e.key() == key && e.id == id => {
+            Some(e) if e.id == id && e.key() == key => {
                 self.remove_at(c, ci, i);
                 true
             }
@@ -477,13 +499,28 @@ impl FreeSet {
     /// Removes the block a search found at `slot` (the set unchanged since); returns its id.
     #[inline]
     pub fn remove_at(&mut self, slot: Slot) -> BlockId {
-        self.sets[slot.set as usize]
-            .remove_at(
-                slot.class as usize,
-                slot.chunk as usize,
-                slot.index as usize,
-            )
-            .id
+        self.sets[slot.set as usize].remove_at(
+            slot.class as usize,
+            slot.chunk as usize,
+            slot.index as usize,
+        )
+    }
+
+    /// The best fit for `size` bytes on `stream` (the first block [`FreeSet::at_or_after`]
+    /// yields), with its slot.
+    #[inline]
+    pub fn first_at_or_after(&self, stream: u64, size: u64) -> Option<(Slot, BlockId)> {
+        let s = self.find(stream)?;
+        let set = &self.sets[s as usize];
+        let (c, ci, i) = set.first_at_or_after(size)?;
+        let id = set.chunk(c, ci).get(i)?.id;
+        let slot = Slot {
+            set: s,
+            class: c as u16,
+            chunk: ci as u32,
+            index: i as u16,
+        };
+        Some((slot, id))
     }
 
     /// The free blocks of `stream` of at least `size` bytes, best fit first (torch's
@@ -729,6 +766,7 @@ mod tests {
                         let first = set.at_or_after(stream, size).next().map(|(s, &id)| (s, id));
                         let want = model_forward(&model, stream, size).first().copied();
                         prop_assert_eq!(first.map(|f| f.1), want);
+                        prop_assert_eq!(set.first_at_or_after(stream, size), first);
                         if let Some((slot, id)) = first {
                             prop_assert_eq!(set.remove_at(slot), id);
                             model.retain(|_, v| *v != id);

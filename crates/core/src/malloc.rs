@@ -90,48 +90,35 @@ impl<D: Device> State<D> {
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
-        let (id, slot) = {
-            let mut it = pool.at_or_after(p.stream, p.size);
-            let (first_slot, &first) = it.next()?;
-            let (mut id, mut slot) = (first, first_slot);
-            if blocks[id].is_expandable() {
-                if expandable_on {
-                    // Best fit by the size a block could grow to: prefer a tighter candidate over
-                    // the free tail of a segment that can still map more pages.
-                    let expandable_size = |b: BlockId| {
-                        let blk = &blocks[b];
-                        blk.size
-                            + match blk.next {
-                                Some(n) if !blocks[n].mapped => blocks[n].size,
-                                _ => 0,
-                            }
-                    };
-                    for (next_slot, &next) in it {
-                        if !blocks[id].is_expandable()
-                            || expandable_size(next) >= expandable_size(id)
-                        {
-                            break;
+        let (mut slot, mut id) = pool.first_at_or_after(p.stream, p.size)?;
+        if blocks[id].is_expandable() {
+            // The rest of the walk, after the first block.
+            let mut it = pool.at_or_after(p.stream, p.size).skip(1);
+            if expandable_on {
+                // Best fit by the size a block could grow to: prefer a tighter candidate over
+                // the free tail of a segment that can still map more pages.
+                let expandable_size = |b: BlockId| {
+                    let blk = &blocks[b];
+                    blk.size
+                        + match blk.next {
+                            Some(n) if !blocks[n].mapped => blocks[n].size,
+                            _ => 0,
                         }
-                        (id, slot) = (next, next_slot);
+                };
+                for (next_slot, &next) in it {
+                    if !blocks[id].is_expandable() || expandable_size(next) >= expandable_size(id) {
+                        break;
                     }
-                } else {
-                    // Expandable segments were switched off after some were made: only classic
-                    // blocks may serve new requests.
-                    let mut next = None;
-                    for (s, &n) in it {
-                        if !blocks[n].is_expandable() {
-                            next = Some((n, s));
-                            break;
-                        }
-                    }
-                    match next {
-                        Some(n) => (id, slot) = n,
-                        None => return None,
-                    }
+                    (id, slot) = (next, next_slot);
                 }
+            } else {
+                // Expandable segments were switched off after some were made: only classic
+                // blocks may serve new requests.
+                (slot, id) = it
+                    .find(|&(_, &n)| !blocks[n].is_expandable())
+                    .map(|(s, &n)| (s, n))?;
             }
-            (id, slot)
-        };
+        }
         let b = &blocks[id];
         if crate::size::refuses_oversize(conf, p.size, b.size, b.is_expandable()) {
             return None;

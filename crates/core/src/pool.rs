@@ -78,6 +78,13 @@ impl BlockPool {
         self.free.at_or_after(stream.0, size)
     }
 
+    /// The best fit for `size` bytes on `stream`: the first block of
+    /// [`BlockPool::at_or_after`], with its slot, without building the walk.
+    #[inline]
+    pub fn first_at_or_after(&self, stream: StreamId, size: u64) -> Option<(Slot, BlockId)> {
+        self.free.first_at_or_after(stream.0, size)
+    }
+
     /// The free blocks of `stream` smaller than `size` bytes, largest first.
     #[inline]
     pub fn before(&self, stream: StreamId, size: u64) -> Backward<'_> {
