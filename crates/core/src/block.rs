@@ -100,6 +100,7 @@ pub(crate) struct Arena {
 
 impl Arena {
     /// Stores a block and returns its id.
+    #[inline]
     pub fn insert(&mut self, b: Block) -> BlockId {
         if let Some(i) = self.vacant.pop() {
             self.slots[i as usize] = b;
@@ -110,6 +111,7 @@ impl Arena {
         }
     }
     /// Forgets a block; its id may be reused.
+    #[inline]
     pub fn remove(&mut self, id: BlockId) {
         debug_assert!(!self.vacant.contains(&id.0), "block removed twice");
         self.slots[id.0 as usize].size = 0;

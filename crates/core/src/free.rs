@@ -113,15 +113,24 @@ impl<D: Device> State<D> {
 
     /// Returns a block to its pool, merging with free neighbours (`free_block`).
     pub(crate) fn free_block(&mut self, id: BlockId) {
-        let (ptr, requested, stream, original_size, small) = {
+        let (ptr, requested, stream, original_size, small, prev, next) = {
             let b = &self.blocks[id];
             debug_assert!(!b.allocated && b.event_count == 0 && b.stream_uses.is_empty());
-            (b.ptr, b.requested_size, b.stream, b.size, b.pool.is_small())
+            let small = b.pool.is_small();
+            (
+                b.ptr,
+                b.requested_size,
+                b.stream,
+                b.size,
+                small,
+                b.prev,
+                b.next,
+            )
         };
         self.record(TraceAction::FreeCompleted, ptr, requested, stream);
         let mut net_blocks: i128 = 0;
         let mut net_bytes: i128 = 0;
-        for candidate in [self.blocks[id].prev, self.blocks[id].next] {
+        for candidate in [prev, next] {
             let subsumed = self.try_merge_blocks(id, candidate);
             if subsumed > 0 {
                 // Two merges of blocks below 2^64 bytes each: far from the i128 range.
@@ -157,41 +166,32 @@ impl<D: Device> State<D> {
     #[inline]
     pub(crate) fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>) -> u64 {
         let Some(src) = src else { return 0 };
-        {
-            let s = &self.blocks[src];
-            if s.allocated
-                || s.event_count > 0
-                || !s.stream_uses.is_empty()
-                || s.mapped != self.blocks[dst].mapped
-            {
-                return 0;
-            }
+        let dst_mapped = self.blocks[dst].mapped;
+        let s = &self.blocks[src];
+        if s.allocated || s.event_count > 0 || !s.stream_uses.is_empty() || s.mapped != dst_mapped {
+            return 0;
         }
-        let (s_ptr, s_size, s_prev, s_next, s_mapped) = {
-            let s = &self.blocks[src];
-            (s.ptr, s.size, s.prev, s.next, s.mapped)
-        };
-        if s_mapped {
+        let (s_ptr, s_size, s_prev, s_next) = (s.ptr, s.size, s.prev, s.next);
+        if dst_mapped {
             let removed = self.remove_free(src);
             debug_assert!(removed, "free neighbour missing from the free set");
         } else {
             self.remove_unmapped(src);
         }
-        if self.blocks[dst].prev == Some(src) {
-            let d = &mut self.blocks[dst];
+        let d = &mut self.blocks[dst];
+        d.size += s_size;
+        if d.prev == Some(src) {
             d.ptr = s_ptr;
             d.prev = s_prev;
             if let Some(p) = s_prev {
                 self.blocks[p].next = Some(dst);
             }
         } else {
-            let d = &mut self.blocks[dst];
             d.next = s_next;
             if let Some(n) = s_next {
                 self.blocks[n].prev = Some(dst);
             }
         }
-        self.blocks[dst].size += s_size;
         self.blocks.remove(src);
         s_size
     }

@@ -12,7 +12,7 @@
 
 use cachalot_device::{Device, DeviceError, StreamId};
 
-use crate::block::BlockId;
+use crate::block::{Block, BlockId};
 use crate::history::TraceAction;
 use crate::mempool::PoolRef;
 use crate::oom::{AllocError, OomCause, OomReport};
@@ -193,51 +193,57 @@ impl<D: Device> State<D> {
         split: bool,
     ) -> u64 {
         let small = p.pool.is_small();
-        let already_split = self.blocks[id].is_split();
-        let expandable = self.blocks[id].is_expandable();
-        let user = if split {
-            // The original block becomes the remainder; a new block takes the front.
-            let (ptr, prev, exp, seg) = {
-                let b = &self.blocks[id];
-                (b.ptr, b.prev, b.expandable, b.segment_id)
-            };
-            let user = self.new_block(ptr, p.size, p.stream, p.pool, seg);
-            self.blocks[user].expandable = exp;
-            self.blocks[user].prev = prev;
+        let b = &self.blocks[id];
+        let already_split = b.is_split();
+        let expandable = b.is_expandable();
+        let (user, ptr, bsize, stream) = if split {
+            // The original block becomes the remainder; a new block takes the front, handed
+            // out as it is made.
+            let (ptr, prev, exp, seg) = (b.ptr, b.prev, b.expandable, b.segment_id);
+            let user = self.blocks.insert(Block {
+                ptr,
+                size: p.size,
+                requested_size: orig_size,
+                stream: p.stream,
+                pool: p.pool,
+                allocated: true,
+                mapped: true,
+                prev,
+                next: Some(id),
+                event_count: 0,
+                stream_uses: Vec::new(),
+                gc_count_base: 0,
+                expandable: exp,
+                segment_id: seg,
+            });
             if let Some(prev) = prev {
                 self.blocks[prev].next = Some(user);
             }
-            self.blocks[user].next = Some(id);
-            {
-                let rem = &mut self.blocks[id];
-                rem.prev = Some(user);
-                rem.ptr += p.size;
-                rem.size -= p.size;
-            }
+            let rem = &mut self.blocks[id];
+            rem.prev = Some(user);
+            rem.ptr += p.size;
+            rem.size -= p.size;
+            let rem_size = rem.size;
             self.insert_free(id);
             if !expandable {
                 if already_split {
                     self.hot.inactive_split_bytes.decrease(small, p.size);
                 } else {
-                    let rem = self.blocks[id].size;
-                    self.hot.inactive_split_bytes.increase(small, rem);
+                    self.hot.inactive_split_bytes.increase(small, rem_size);
                     self.hot.inactive_split.increase(small, 1);
                 }
             }
-            user
+            (user, ptr, p.size, p.stream)
         } else {
+            let (ptr, bsize, stream) = (b.ptr, b.size, b.stream);
             if already_split && !expandable {
-                let s = self.blocks[id].size;
-                self.hot.inactive_split_bytes.decrease(small, s);
+                self.hot.inactive_split_bytes.decrease(small, bsize);
                 self.hot.inactive_split.decrease(small, 1);
             }
-            id
-        };
-        let (ptr, bsize, stream) = {
-            let b = &mut self.blocks[user];
+            let b = &mut self.blocks[id];
             b.allocated = true;
             b.requested_size = orig_size;
-            (b.ptr, b.size, b.stream)
+            (id, ptr, bsize, stream)
         };
         self.record(TraceAction::Alloc, ptr, orig_size, stream);
         self.allocated.insert(ptr, user);
