@@ -3,6 +3,7 @@
 use std::cmp::Ordering;
 use std::ops::ControlFlow;
 
+use cachalot_core::bounds::LimitFacts;
 use cachalot_replay::{
     LoadedTrace, Progress, ReplayOptions, ReplayReport, TraceOp, replay, replay_with_hook,
 };
@@ -95,6 +96,10 @@ pub struct Metrics {
     /// Which part of the workload these numbers are from: the one that ranks worst (0 for
     /// a single trace).
     pub part: usize,
+    /// How close the replays of every part came to the fraction limit and the garbage
+    /// collection threshold (`None` for the direct backends), which can prove that another
+    /// fraction or threshold replays alike ([`LimitFacts::alike`]).
+    pub limits: Option<LimitFacts>,
 }
 
 impl Metrics {
@@ -172,12 +177,18 @@ pub fn evaluate(
     beaten: Option<&(dyn Fn(&RankKey) -> bool + Sync)>,
 ) -> Result<Outcome, AdvisorError> {
     let mut worst: Option<Metrics> = None;
+    let mut limits: Option<Option<LimitFacts>> = None;
     for (part, trace) in w.parts().iter().enumerate() {
         let mut m = match evaluate_part(trace, candidate, capacity, cost, beaten)? {
             Outcome::Done(m) => m,
             cut @ Outcome::Cut { .. } => return Ok(cut),
         };
         m.part = part;
+        limits = Some(match (limits, m.limits) {
+            (None, l) => l,
+            (Some(Some(a)), Some(b)) => Some(a.merge(&b)),
+            _ => None,
+        });
         if worst
             .as_ref()
             .is_none_or(|w| m.key().rank_cmp(&w.key()) == Ordering::Greater)
@@ -186,7 +197,10 @@ pub fn evaluate(
         }
     }
     match worst {
-        Some(m) => Ok(Outcome::Done(m)),
+        Some(m) => Ok(Outcome::Done(Metrics {
+            limits: limits.flatten(),
+            ..m
+        })),
         None => Err(AdvisorError::EmptyTrace("no trace to replay".into())),
     }
 }
@@ -286,6 +300,7 @@ pub(crate) fn metrics_of(report: &ReplayReport, capacity: u64, cost: &CostModel)
         peak_reserved: s.reserved_bytes.all().peak.max(0) as u64,
         peak_segments: s.segment.all().peak.max(0) as u64,
         part: 0,
+        limits: report.limits,
     }
 }
 

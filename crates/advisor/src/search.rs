@@ -456,12 +456,18 @@ pub fn tune_with_seeds(
     Ok(result)
 }
 
-/// The numbers of replays finished so far, by twin class ([`Twins::class_of`]).
+/// The numbers of replays finished so far, by twin class ([`Twins::class_of`]), with the
+/// configuration that was replayed.
 #[derive(Default)]
 struct Shared {
-    known: Mutex<std::collections::HashMap<Settings, Metrics>>,
+    known: Mutex<Known>,
     /// Candidates answered without a replay of their own.
     count: std::sync::atomic::AtomicUsize,
+}
+
+/// The classes that differ only in their garbage collection choice (threshold and fraction).
+fn family(s: &Settings) -> Settings {
+    Settings { gc: None, ..*s }
 }
 
 impl Shared {
@@ -470,6 +476,11 @@ impl Shared {
     /// share. A candidate outside the search space is its own class. When the simplest
     /// member is cut short, so are its twins: they end with the same key, which ranks after
     /// it, and the threshold it lost to only gets tighter.
+    ///
+    /// Classes that differ only in the garbage collection choice (a family) are replayed one
+    /// at a time, simplest first: each is answered by a finished member whose replay proves
+    /// it alike ([`cachalot_core::bounds::LimitFacts::alike`]: no check of the fraction limit
+    /// and no garbage collection would have gone otherwise), or replayed.
     fn evaluate(
         &self,
         cands: &[Candidate],
@@ -507,35 +518,105 @@ impl Shared {
                 }
             }
         }
-        let outcomes: Vec<Outcome> = reps
-            .par_iter()
-            .map(|&i| replay_one(&cands[i]))
-            .collect::<Result<_, _>>()?;
-        let mut known = lock_known(&self.known);
-        for (&i, out) in reps.iter().zip(&outcomes) {
-            if let (Some(k), Outcome::Done(m)) = (class[i], out) {
-                known.insert(k, m.clone());
+        // Waves of replays: each answers first what the finished prove, then replays the
+        // classes outside the space and the first class left of each family.
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; reps.len()];
+        let mut proven = 0;
+        let mut pending: Vec<usize> = (0..reps.len()).collect();
+        loop {
+            pending.retain(|&r| {
+                let i = reps[r];
+                let Some(m) = self.proven_alike(&cands[i], class[i]) else {
+                    return true;
+                };
+                if let (Some(k), Some(s)) = (class[i], cands[i].settings) {
+                    lock_known(&self.known).insert(k, (s, m.clone()));
+                }
+                outcomes[r] = Some(Outcome::Done(m));
+                proven += 1;
+                false
+            });
+            if pending.is_empty() {
+                break;
             }
+            let mut wave: Vec<usize> = Vec::new();
+            pending.retain(|&r| {
+                let first_of_family = match class[reps[r]] {
+                    None => true,
+                    Some(k) => !wave
+                        .iter()
+                        .any(|&w| class[reps[w]].is_some_and(|x| family(&x) == family(&k))),
+                };
+                if first_of_family {
+                    wave.push(r);
+                }
+                !first_of_family
+            });
+            self.run_wave(&wave, &reps, cands, &class, &replay_one, &mut outcomes)?;
         }
         self.count.fetch_add(
-            cands.len() - reps.len(),
+            cands.len() - reps.len() + proven,
             std::sync::atomic::Ordering::Relaxed,
         );
+        let known = lock_known(&self.known);
         Ok(answer
             .iter()
             .zip(&class)
             .map(|(a, k)| match (a, k) {
-                (Some(r), _) => outcomes[*r].clone(),
-                (None, Some(k)) => Outcome::Done(known[k].clone()),
+                (Some(r), _) => outcomes[*r].clone().expect("every replay of a class ran"),
+                (None, Some(k)) => Outcome::Done(known[k].1.clone()),
                 (None, None) => unreachable!("a candidate without a class is replayed"),
             })
             .collect())
     }
+
+    /// Replays the classes `wave` (indexes into `reps`) in parallel and records the finished.
+    fn run_wave(
+        &self,
+        wave: &[usize],
+        reps: &[usize],
+        cands: &[Candidate],
+        class: &[Option<Settings>],
+        replay_one: &(impl Fn(&Candidate) -> Result<Outcome, AdvisorError> + Sync),
+        outcomes: &mut [Option<Outcome>],
+    ) -> Result<(), AdvisorError> {
+        let done: Vec<Outcome> = wave
+            .par_iter()
+            .map(|&r| replay_one(&cands[reps[r]]))
+            .collect::<Result<_, _>>()?;
+        let mut known = lock_known(&self.known);
+        for (&r, out) in wave.iter().zip(done) {
+            let i = reps[r];
+            if let (Some(k), Some(s), Outcome::Done(m)) = (class[i], cands[i].settings, &out) {
+                known.insert(k, (s, m.clone()));
+            }
+            outcomes[r] = Some(out);
+        }
+        Ok(())
+    }
+
+    /// The numbers of a finished member of `c`'s family whose replay proves that `c`
+    /// replays alike.
+    fn proven_alike(&self, c: &Candidate, class: Option<Settings>) -> Option<Metrics> {
+        let f = family(&class?);
+        let known = lock_known(&self.known);
+        let mut members: Vec<(Candidate, &Metrics)> = known
+            .iter()
+            .filter(|(k, _)| family(k) == f)
+            .filter_map(|(_, (s, m))| Some((Candidate::from_settings(*s).ok()?, m)))
+            .collect();
+        // Whatever the map's order, the same member answers.
+        members.sort_by(|a, b| a.0.order_key().cmp(&b.0.order_key()));
+        members.into_iter().find_map(|(replayed, m)| {
+            let facts = m.limits?;
+            facts.alike(&replayed.conf, &c.conf).then(|| m.clone())
+        })
+    }
 }
 
-fn lock_known(
-    m: &Mutex<std::collections::HashMap<Settings, Metrics>>,
-) -> std::sync::MutexGuard<'_, std::collections::HashMap<Settings, Metrics>> {
+type Known = std::collections::HashMap<Settings, (Settings, Metrics)>;
+
+fn lock_known(m: &Mutex<Known>) -> std::sync::MutexGuard<'_, Known> {
     // A panic elsewhere leaves the map usable.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -160,7 +160,9 @@ impl<D: Device> CachingAllocator<D> {
         if !(0.0..=1.0).contains(&fraction) {
             return Err(AllocError::InvalidMemoryFraction { fraction });
         }
-        self.lock().set_memory_fraction(fraction);
+        let mut s = self.lock();
+        s.limits.disturb();
+        s.set_memory_fraction(fraction);
         Ok(())
     }
 
@@ -171,6 +173,7 @@ impl<D: Device> CachingAllocator<D> {
         let fraction_changed =
             conf.per_process_memory_fraction != s.conf.per_process_memory_fraction;
         let fraction = conf.per_process_memory_fraction;
+        s.limits.disturb();
         s.conf = conf;
         if fraction_changed {
             s.set_memory_fraction(fraction);
@@ -212,6 +215,11 @@ impl<D: Device> CachingAllocator<D> {
     /// Runs `f` on the device with the allocator's lock held.
     pub fn with_device<T>(&self, f: impl FnOnce(&mut D) -> T) -> T {
         f(&mut self.lock().device)
+    }
+
+    /// How close the run came to its per-process limit and garbage collection threshold.
+    pub fn limit_facts(&self) -> bounds::LimitFacts {
+        self.lock().limits
     }
 
     /// The bytes the allocator holds from the device, and the per-process limit if any.

@@ -55,6 +55,7 @@ impl<D: Device> State<D> {
         };
         let mut found = self.get_free_block(&p);
         if found.is_none() {
+            self.limits.miss(self.total_allocated_memory);
             if self.gc_enabled() {
                 self.garbage_collect_cached_blocks()?;
             }
@@ -138,8 +139,11 @@ impl<D: Device> State<D> {
             self.stats.num_alloc_retries += 1;
         }
         let reserved_after = self.total_allocated_memory.saturating_add(p.alloc_size);
+        let refused = self
+            .limits
+            .refuses(reserved_after, self.allowed_memory_maximum);
         match self.allowed_memory_maximum {
-            Some(allowed) if reserved_after > allowed => return Ok(None),
+            Some(_) if refused => return Ok(None),
             // torch 2.15 checks `throw_on_cudamalloc_oom` only where no fraction is set, against
             // the whole device (the oracle: a fraction of 0.999 takes the ordinary path).
             None if self.conf.throw_on_cudamalloc_oom && reserved_after > self.device_total => {

@@ -122,10 +122,12 @@ impl<D: Device> State<D> {
         let Some(allowed) = self.allowed_memory_maximum else {
             return Ok(());
         };
-        let gc_threshold = (self.conf.garbage_collection_threshold * allowed as f64) as u64;
+        let gc_threshold =
+            crate::bounds::gc_threshold(self.conf.garbage_collection_threshold, allowed);
         if self.total_allocated_memory <= gc_threshold {
             return Ok(());
         }
+        self.limits.disturb();
         let target = self.total_allocated_memory - gc_threshold;
         let clock = self.large.get_free_blocks_call_count;
         let age = |b: &crate::block::Block| clock - b.gc_count_base;

@@ -140,6 +140,15 @@ impl<D: Device> MemoryResource<D> {
         }
     }
 
+    /// How close the run came to its per-process limit and garbage collection threshold
+    /// ([`crate::bounds::LimitFacts`]); `None` for the direct backends.
+    pub fn limit_facts(&self) -> Option<crate::bounds::LimitFacts> {
+        match &self.engine {
+            Engine::Caching(a) => Some(a.limit_facts()),
+            Engine::Direct(_) => None,
+        }
+    }
+
     /// `torch.cuda.reset_peak_memory_stats()`.
     pub fn reset_peak_stats(&self) -> Result<(), AllocError> {
         match &self.engine {

@@ -38,6 +38,8 @@ pub(crate) struct State<D> {
     pub allowed_memory_maximum: Option<u64>,
     /// Device capacity, read once at construction.
     pub device_total: u64,
+    /// How close the run came to its fraction limit and GC threshold (`crate::bounds`).
+    pub limits: crate::bounds::LimitFacts,
     /// The statistics. The seven that malloc and free change are counted in `hot` and are
     /// stale here: read them through [`State::sync_stats`].
     pub stats: DeviceStats,
@@ -86,6 +88,7 @@ impl<D: Device> State<D> {
             total_allocated_memory: 0,
             allowed_memory_maximum: None,
             device_total: info.total,
+            limits: crate::bounds::LimitFacts::new(info.total),
             stats,
             hot: HotStats::default(),
             active_mirrors_allocation: true,
@@ -102,11 +105,7 @@ impl<D: Device> State<D> {
     /// the product to the nearest byte, halves away from zero (the oracle: 0.25 × (4k + 3)
     /// bytes allows k + 1, 0.5 × (2k + 1) allows k + 1).
     pub fn set_memory_fraction(&mut self, fraction: f64) {
-        self.allowed_memory_maximum = if fraction < 1.0 {
-            Some((fraction * self.device_total as f64).round() as u64)
-        } else {
-            None
-        };
+        self.allowed_memory_maximum = crate::bounds::allowed_maximum(fraction, self.device_total);
     }
 
     /// Brings the seven hot-path statistics in `stats` up to date (see [`State::hot`] and

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
+use cachalot_core::bounds::LimitFacts;
 use cachalot_core::{
     AllocConf, AllocError, Backend, DeviceStats, MemInfo, MemorySnapshot, OomReport, StreamId,
 };
@@ -164,6 +165,9 @@ pub struct ReplayReport {
     pub pool_tracking: Option<PoolTracking>,
     /// The accounts asked for with [`ReplayOptions::accounts_at`].
     pub accounts: Vec<PoolAccount>,
+    /// How close the run came to its fraction limit and GC threshold (caching allocator
+    /// only).
+    pub limits: Option<LimitFacts>,
 }
 
 impl ReplayReport {
@@ -541,6 +545,7 @@ impl<'t> Run<'t> {
         } else {
             None
         };
+        let limits = self.alloc.limit_facts();
         let mut device = self.alloc.into_device();
         let report = ReplayReport {
             // The oracle counts the trace's allocations and frees, also when an error stopped
@@ -570,6 +575,7 @@ impl<'t> Run<'t> {
             pools,
             pool_tracking,
             accounts,
+            limits,
         };
         match self.fatal {
             None => Ok(report),

@@ -349,7 +349,7 @@ pub fn write_html(path: &Path, page: &str) -> Result<()> {
 pub struct Loaded {
     /// The traces.
     pub traces: Vec<LoadedTrace>,
-    /// The inputs they came from.
+    /// The inputs they came from, less their traces (moved into `traces`).
     pub inputs: Vec<LoadedInput>,
     /// Names and notes for the reports.
     pub source: text::Source,
@@ -414,10 +414,14 @@ impl Loaded {
                 });
             }
         }
-        let (names, inputs): (Vec<String>, Vec<LoadedInput>) = inputs.into_iter().unzip();
+        let (names, mut inputs): (Vec<String>, Vec<LoadedInput>) = inputs.into_iter().unzip();
         drop(names);
         Ok(Loaded {
-            traces: inputs.iter().map(|i| i.trace.clone()).collect(),
+            // Moved, not copied: a snapshot's trace can be hundreds of megabytes.
+            traces: inputs
+                .iter_mut()
+                .map(|i| std::mem::take(&mut i.trace))
+                .collect(),
             inputs,
             source,
         })

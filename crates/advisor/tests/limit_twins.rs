@@ -1,0 +1,110 @@
+//! Configurations that differ only in their garbage collection threshold and memory fraction:
+//! whenever the facts of one's replay ([`cachalot_core::bounds::LimitFacts::alike`]) say the
+//! other replays alike, a full replay of the other gives exactly the same numbers. Checked on
+//! the advisor's fixture traces at their tight capacity (where the limit refuses and garbage
+//! collection frees), below it and well above it (where neither acts).
+
+use std::path::PathBuf;
+
+use cachalot_advisor::measure::measure;
+use cachalot_advisor::space::GC_CHOICES;
+use cachalot_advisor::{Candidate, CostModel, Metrics, Roundup, Settings};
+use cachalot_replay::LoadedTrace;
+use cachalot_testkit::fixtures;
+use serde_json::Value;
+
+/// Every member of the families of a few points: no garbage collection, then each choice.
+fn families() -> Vec<Vec<Settings>> {
+    let bases = [
+        Settings::DEFAULT,
+        Settings::ADVICE_EXPANDABLE,
+        Settings {
+            roundup: Roundup::Single(4),
+            max_split_mb: Some(256),
+            ..Settings::DEFAULT
+        },
+    ];
+    bases
+        .iter()
+        .map(|b| {
+            std::iter::once(None)
+                .chain((0..GC_CHOICES.len()).map(Some))
+                .map(|gc| Settings { gc, ..*b })
+                .collect()
+        })
+        .collect()
+}
+
+/// Returns (pairs proven alike, pairs whose replays differ).
+fn check(name: &str, trace: &LoadedTrace, capacity: u64) -> (usize, usize) {
+    let cost = CostModel::default();
+    let (mut proven, mut differ) = (0, 0);
+    for family in families() {
+        let runs: Vec<(Candidate, Metrics)> = family
+            .iter()
+            .map(|s| {
+                let c = Candidate::from_settings(*s).unwrap();
+                let m = measure(trace, &c, capacity, &cost).unwrap();
+                (c, m)
+            })
+            .collect();
+        for (a, ma) in &runs {
+            for (b, mb) in &runs {
+                if a.label == b.label {
+                    continue;
+                }
+                let facts = ma.limits.expect("the caching allocator reports its limits");
+                if facts.alike(&a.conf, &b.conf) {
+                    assert_eq!(
+                        mb, ma,
+                        "{name} at {capacity}: '{}' is said to replay as '{}'",
+                        b.label, a.label
+                    );
+                    proven += 1;
+                } else if mb != ma {
+                    differ += 1;
+                }
+            }
+        }
+    }
+    (proven, differ)
+}
+
+fn trace(name: &str) -> LoadedTrace {
+    let p: PathBuf = fixtures().join("traces").join(name);
+    cachalot_replay::load_path(&p).unwrap()
+}
+
+#[test]
+fn limit_twins_replay_alike_on_the_advisor_fixtures() {
+    let dir = fixtures().join("advisor");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let (mut proven, mut differ) = (0, 0);
+    for f in &files {
+        let fx: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+        let name = fx["trace"].as_str().unwrap();
+        // The largest traces add time, not cases.
+        if std::fs::metadata(fixtures().join("traces").join(name))
+            .unwrap()
+            .len()
+            > 200_000
+        {
+            continue;
+        }
+        let capacity = fx["capacity"].as_u64().unwrap();
+        let t = trace(name);
+        for c in [capacity, capacity / 2, capacity * 4] {
+            let (p, d) = check(name, &t, c);
+            proven += p;
+            differ += d;
+        }
+    }
+    // Both kinds occur: where the limit or the collector acts, and where neither does.
+    assert!(proven > 50, "only {proven} pairs proven alike");
+    assert!(differ > 50, "only {differ} pairs that replay differently");
+}
