@@ -2,7 +2,9 @@
 //! loop (in process, the core behind `MemoryResource`) and by a C program calling
 //! `cachalot_malloc` / `cachalot_free` from `libcachalot_capi.so` on the simulated device, as
 //! a host such as torch calls them. Both count thread CPU time of their loop only; runs
-//! alternate, and the minimum of each counts.
+//! alternate, and the minimum of each counts. A trace shorter than [`MIN_OPS`] is replayed as
+//! several copies one after the other (each copy's allocations in slots of their own), as
+//! `cachalot bench` does, so that a run lasts long enough to time.
 //!
 //! `cargo bench -p cachalot-capi --bench c_overhead [-- RUNS]` (default 7 runs).
 
@@ -22,6 +24,9 @@ const TRACES: [&str; 3] = [
     "random-4streams",
 ];
 
+/// Operations one run replays at least.
+const MIN_OPS: usize = 250_000;
+
 /// The record `benches/c/replay_loop.c` reads: size, slot, stream (`FREE` for a free).
 const FREE: u32 = u32::MAX;
 
@@ -39,12 +44,14 @@ fn main() {
         "thread CPU time per operation, default configuration, simulated device; minimum (median) of {runs} alternating runs"
     );
     println!(
-        "{:<22} {:>8} {:>18} {:>18} {:>10}",
-        "trace", "ops", "core replay ns", "C library ns", "C - core"
+        "{:<22} {:>5} {:>8} {:>18} {:>18} {:>10}",
+        "trace", "reps", "ops", "core replay ns", "C library ns", "C - core"
     );
     for name in TRACES {
-        let trace = load_rmm(&cachalot_testkit::fixture(&format!("traces/{name}.csv.gz")))
+        let once = load_rmm(&cachalot_testkit::fixture(&format!("traces/{name}.csv.gz")))
             .expect("fixture trace");
+        let reps = MIN_OPS.div_ceil(once.ops.len().max(1));
+        let trace = repeated(&once, reps);
         let ops = common::scratch(&format!("{name}.ops"));
         write_ops(&trace, &ops);
         let (mut core, mut c) = (Vec::new(), Vec::new());
@@ -55,12 +62,46 @@ fn main() {
         let (core_min, core_med) = min_median(&mut core);
         let (c_min, c_med) = min_median(&mut c);
         println!(
-            "{name:<22} {:>8} {:>18} {:>18} {:>+10.1}",
+            "{name:<22} {reps:>5} {:>8} {:>18} {:>18} {:>+10.1}",
             trace.ops.len(),
             format!("{core_min:.1} ({core_med:.1})"),
             format!("{c_min:.1} ({c_med:.1})"),
             c_min - core_min
         );
+    }
+}
+
+/// `reps` copies of `trace` one after the other, copy `k`'s allocations in slots
+/// `k × slots ..`: each copy starts from the cache the one before left.
+fn repeated(trace: &LoadedTrace, reps: usize) -> LoadedTrace {
+    let slots = trace.slots;
+    let shift = |slot: u32, k: usize| slot + slots * k as u32;
+    let ops = (0..reps)
+        .flat_map(|k| {
+            trace.ops.iter().map(move |op| match *op {
+                TraceOp::Alloc {
+                    slot,
+                    size,
+                    stream,
+                    line,
+                } => TraceOp::Alloc {
+                    slot: shift(slot, k),
+                    size,
+                    stream,
+                    line,
+                },
+                TraceOp::Free { slot, line } => TraceOp::Free {
+                    slot: shift(slot, k),
+                    line,
+                },
+                pool => pool,
+            })
+        })
+        .collect();
+    LoadedTrace {
+        ops,
+        slots: slots * reps as u32,
+        ..trace.clone()
     }
 }
 
