@@ -19,18 +19,21 @@ pub struct Doomed {
 
 /// Whether a request of `size` bytes fails with out-of-memory on a device of `capacity`
 /// bytes under `conf` whatever the cache and the device hold, and what it then counts.
-/// `None`: it might be served (or the backend is not the caching allocator).
+/// `None`: it might be served, or no bound is given (the backend is not the caching
+/// allocator, or the request is not above the capacity: a cheap test first, since a replay's
+/// bound asks it of every request).
 ///
-/// - A size that rounding would take past 2^64 is an out-of-memory error before anything is
-///   touched, with no retry.
+/// - A size above the capacity that rounding would take past 2^64 is an out-of-memory error
+///   before anything is touched, with no retry.
 /// - Otherwise every block that could serve it (a free block, a new segment, mapped
 ///   expandable pages) holds at least `size` bytes of device memory, so a `size` above the
 ///   capacity is never served: the cache search finds nothing and every `alloc_block` fails,
 ///   so malloc walks its whole ladder and the last step, `alloc_block` as a retry, counts one
 ///   retry. The exception is `throw_on_cudamalloc_oom`, which can stop the ladder at its
 ///   first step; there no retry is promised.
+#[inline]
 pub fn doomed_request(size: u64, capacity: u64, conf: &AllocConf) -> Option<Doomed> {
-    if conf.backend != Backend::Native {
+    if size <= capacity || conf.backend != Backend::Native {
         return None;
     }
     if crate::size::request_sizes(size, conf).is_none() {
@@ -39,7 +42,7 @@ pub fn doomed_request(size: u64, capacity: u64, conf: &AllocConf) -> Option<Doom
             retries: 0,
         });
     }
-    (size > capacity).then_some(Doomed {
+    Some(Doomed {
         ooms: 1,
         retries: u64::from(!conf.throw_on_cudamalloc_oom),
     })

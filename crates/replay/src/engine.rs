@@ -328,6 +328,10 @@ struct Run<'t> {
     accounting: Option<Box<Accounting>>,
     /// The last operation replayed.
     last_op: usize,
+    /// The next operations at which a timeline sample and the hook are due (counted, not
+    /// divided: this runs after every row).
+    next_sample: usize,
+    next_hook: usize,
 }
 
 impl<'t> Run<'t> {
@@ -353,6 +357,8 @@ impl<'t> Run<'t> {
             pool_rows: PoolReplay::default(),
             accounting: Accounting::of(opts),
             last_op: trace.ops.len().saturating_sub(1),
+            next_sample: 0,
+            next_hook: 0,
         }
     }
 
@@ -489,7 +495,8 @@ impl<'t> Run<'t> {
         {
             return Err(Stop::Early);
         }
-        if self.opts.sample_every > 0 && i.is_multiple_of(self.opts.sample_every) {
+        if self.opts.sample_every > 0 && i == self.next_sample {
+            self.next_sample += self.opts.sample_every;
             self.samples.push(self.alloc.with_stats(|s| Sample {
                 op_index: i,
                 allocated: s.allocated_bytes.all().current as u64,
@@ -499,7 +506,11 @@ impl<'t> Run<'t> {
         let Some((every, hook)) = hook.as_mut() else {
             return Ok(());
         };
-        if !(oom_now || (*every > 0 && i.is_multiple_of(*every))) {
+        let due = *every > 0 && i == self.next_hook;
+        if due {
+            self.next_hook += *every;
+        }
+        if !(oom_now || due) {
             return Ok(());
         }
         let device = self.alloc.with_device(|d| d.counters().clone());
