@@ -227,6 +227,9 @@ struct Machine<I> {
     marks: Vec<usize>,
     memo: Memo,
     scratch: Vec<u8>,
+    /// The buffer the items above a mark are moved into, kept for the next container (one
+    /// allocation for the whole document instead of one per container).
+    spare: Vec<Val>,
     /// The stack's and the marks' high-water marks, charged to the builder.
     charged_stack: usize,
     charged_marks: usize,
@@ -265,7 +268,23 @@ impl<I: Read> Machine<I> {
     /// Pops everything above the last mark, and the mark.
     fn pop_mark(&mut self) -> R<Vec<Val>> {
         let m = self.marks.pop().ok_or("no MARK before this opcode")?;
-        Ok(self.stack.split_off(m))
+        Ok(self.pop_from(m))
+    }
+
+    /// Pops the stack down to `len` entries, into the spare buffer.
+    fn pop_from(&mut self, len: usize) -> Vec<Val> {
+        let mut items = std::mem::take(&mut self.spare);
+        items.clear();
+        items.extend(self.stack.drain(len..));
+        items
+    }
+
+    /// Keeps `items`' buffer for the next container, unless it grew large (the stack it came
+    /// from is charged; the buffer kept is bounded).
+    fn recycle(&mut self, items: Vec<Val>) {
+        if items.capacity() <= 4096 {
+            self.spare = items;
+        }
     }
 
     /// The role a container pushed now will have: the element of a list just below it, the
@@ -336,12 +355,13 @@ impl<I: Read> Machine<I> {
     fn build(&mut self, kind: Kind, items: Vec<Val>) -> R<()> {
         let c = self.open(kind)?;
         if kind == Kind::Dict {
-            self.set_items(c, items)?;
+            self.set_items(c, &items)?;
         } else if c != Val::Skip(kind) {
-            for item in items {
+            for &item in &items {
                 self.b.add(c, item);
             }
         }
+        self.recycle(items);
         let c = if kind == Kind::Tuple {
             self.b.seal(c)?
         } else {
@@ -350,7 +370,7 @@ impl<I: Read> Machine<I> {
         self.push(c)
     }
 
-    fn set_items(&mut self, dict: Val, items: Vec<Val>) -> R<()> {
+    fn set_items(&mut self, dict: Val, items: &[Val]) -> R<()> {
         if !items.len().is_multiple_of(2) {
             return Err(format!("odd number of items ({}) for a dict", items.len()));
         }
@@ -445,7 +465,8 @@ impl<I: Read> Machine<I> {
                 }
             }
             op::POP_MARK => {
-                self.pop_mark()?;
+                let items = self.pop_mark()?;
+                self.recycle(items);
             }
             op::DUP => {
                 let t = self.top()?;
@@ -480,19 +501,20 @@ impl<I: Read> Machine<I> {
                 if self.stack.len() < self.floor() + n {
                     return Err("stack underflow".into());
                 }
-                let items = self.stack.split_off(self.stack.len() - n);
+                let items = self.pop_from(self.stack.len() - n);
                 self.build(Kind::Tuple, items)?;
             }
             op::SETITEM => {
                 let v = self.pop()?;
                 let k = self.pop()?;
                 let d = self.top()?;
-                self.set_items(d, vec![k, v])?;
+                self.set_items(d, &[k, v])?;
             }
             op::SETITEMS => {
                 let items = self.pop_mark()?;
                 let d = self.top()?;
-                self.set_items(d, items)?;
+                self.set_items(d, &items)?;
+                self.recycle(items);
             }
             op::APPEND => {
                 let v = self.pop()?;
@@ -502,9 +524,10 @@ impl<I: Read> Machine<I> {
             op::APPENDS => {
                 let items = self.pop_mark()?;
                 let l = self.top()?;
-                for v in items {
+                for &v in &items {
                     self.b.append(l, v)?;
                 }
+                self.recycle(items);
             }
             op::NONE => self.push(Val::None)?,
             op::NEWTRUE => self.push(Val::Bool(true))?,
@@ -653,6 +676,7 @@ fn run(input: impl Read, mut on_opcode: impl FnMut(u8)) -> Result<(Builder, Val)
         stack: Vec::new(),
         marks: Vec::new(),
         memo: Memo::default(),
+        spare: Vec::new(),
         scratch: Vec::new(),
         charged_stack: 0,
         charged_marks: 0,
