@@ -12,12 +12,11 @@
 //!   entry:     (size, segment creation number, address, block id), 24 bytes
 //! ```
 //!
-//! Classes partition sizes in increasing order, so walking the classes in order and each
-//! class's sorted entries in order walks the whole stream in torch's order: a search returns
-//! the same block torch's `lower_bound` does. A search yields a [`Slot`], and removing at a
-//! slot needs no second search. A class keeps its vector's capacity when it empties, so a
-//! class that keeps emptying and refilling does not allocate, and inserting into an empty
-//! class is a store and a bitmap bit.
+//! Classes partition sizes in increasing order, so walking the classes and each class's
+//! sorted entries in order walks the stream in torch's order: a search returns the block
+//! torch's `lower_bound` does. A search yields a [`Slot`]; removing at it needs no second
+//! search. An emptied class keeps its vector's capacity, so refilling it does not allocate
+//! and an insert into an empty class is a store and a bitmap bit.
 
 use rustc_hash::FxHashMap;
 
