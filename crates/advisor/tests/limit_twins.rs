@@ -4,14 +4,12 @@
 //! the advisor's fixture traces at their tight capacity (where the limit refuses and garbage
 //! collection frees), below it and well above it (where neither acts).
 
-use std::path::PathBuf;
+mod common;
 
 use cachalot_advisor::measure::measure;
 use cachalot_advisor::space::GC_CHOICES;
 use cachalot_advisor::{Candidate, CostModel, Metrics, Roundup, Settings};
 use cachalot_replay::LoadedTrace;
-use cachalot_testkit::fixtures;
-use serde_json::Value;
 
 /// Every member of the families of a few points: no garbage collection, then each choice.
 fn families() -> Vec<Vec<Settings>> {
@@ -70,36 +68,12 @@ fn check(name: &str, trace: &LoadedTrace, capacity: u64) -> (usize, usize) {
     (proven, differ)
 }
 
-fn trace(name: &str) -> LoadedTrace {
-    let p: PathBuf = fixtures().join("traces").join(name);
-    cachalot_replay::load_path(&p).unwrap()
-}
-
 #[test]
 fn limit_twins_replay_alike_on_the_advisor_fixtures() {
-    let dir = fixtures().join("advisor");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
     let (mut proven, mut differ) = (0, 0);
-    for f in &files {
-        let fx: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
-        let name = fx["trace"].as_str().unwrap();
-        // The largest traces add time, not cases.
-        if std::fs::metadata(fixtures().join("traces").join(name))
-            .unwrap()
-            .len()
-            > 200_000
-        {
-            continue;
-        }
-        let capacity = fx["capacity"].as_u64().unwrap();
-        let t = trace(name);
+    for (name, t, capacity) in common::fixture_traces() {
         for c in [capacity, capacity / 2, capacity * 4] {
-            let (p, d) = check(name, &t, c);
+            let (p, d) = check(&name, &t, c);
             proven += p;
             differ += d;
         }

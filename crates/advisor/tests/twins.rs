@@ -1,15 +1,14 @@
 //! Twins ([`cachalot_advisor::space::Twins`]): every configuration the search gives a twin's
 //! numbers replays, in full, to exactly those numbers.
 
+mod common;
+
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use cachalot_advisor::measure::measure;
 use cachalot_advisor::space::{DIMS, Twins};
 use cachalot_advisor::{Candidate, CostModel, Metrics, SearchSpace, Settings};
 use cachalot_replay::LoadedTrace;
-use cachalot_testkit::fixtures;
-use serde_json::Value;
 
 /// The points of the space the test groups: every option alone, and one move away from
 /// each of those (which covers the pairs the search combines).
@@ -61,38 +60,14 @@ fn check(name: &str, trace: &LoadedTrace, capacity: u64) -> usize {
     compared
 }
 
-fn trace(name: &str) -> LoadedTrace {
-    let p: PathBuf = fixtures().join("traces").join(name);
-    cachalot_replay::load_path(&p).unwrap()
-}
-
 #[test]
 fn twins_replay_alike_on_the_advisor_fixtures() {
-    let dir = fixtures().join("advisor");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
     let mut compared = 0;
-    for f in &files {
-        let fx: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
-        let name = fx["trace"].as_str().unwrap();
-        // The three largest traces add time, not cases.
-        if std::fs::metadata(fixtures().join("traces").join(name))
-            .unwrap()
-            .len()
-            > 200_000
-        {
-            continue;
-        }
-        let capacity = fx["capacity"].as_u64().unwrap();
-        let t = trace(name);
+    for (name, t, capacity) in common::fixture_traces() {
         // At the fixture's tight capacity, and on a device too small for the larger segments
         // (those requests can never get one, so the rule ignores them).
-        compared += check(name, &t, capacity);
-        compared += check(name, &t, capacity / 4);
+        compared += check(&name, &t, capacity);
+        compared += check(&name, &t, capacity / 4);
     }
     assert!(compared > 50, "only {compared} twins compared");
 }
