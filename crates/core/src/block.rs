@@ -79,6 +79,28 @@ pub(crate) struct Block {
 }
 
 impl Block {
+    /// A free, mapped, unlinked block of the segment numbered `segment_id`, never handed out,
+    /// not part of an expandable segment: what every block starts from.
+    #[inline]
+    pub fn fresh(ptr: u64, size: u64, stream: StreamId, pool: PoolRef, segment_id: u32) -> Self {
+        Block {
+            ptr,
+            size,
+            requested_size: 0,
+            stream,
+            pool,
+            allocated: false,
+            mapped: true,
+            prev: None,
+            next: None,
+            event_count: 0,
+            stream_uses: Vec::new(),
+            gc_count_base: 0,
+            expandable: NOT_EXPANDABLE,
+            segment_id,
+        }
+    }
+
     /// Whether the block is part of a segment cut in several pieces.
     #[inline]
     pub fn is_split(&self) -> bool {

@@ -205,20 +205,12 @@ impl<D: Device> State<D> {
             // out as it is made.
             let (ptr, prev, exp, seg) = (b.ptr, b.prev, b.expandable, b.segment_id);
             let user = self.blocks.insert(Block {
-                ptr,
-                size: p.size,
                 requested_size: orig_size,
-                stream: p.stream,
-                pool: p.pool,
                 allocated: true,
-                mapped: true,
                 prev,
                 next: Some(id),
-                event_count: 0,
-                stream_uses: Vec::new(),
-                gc_count_base: 0,
                 expandable: exp,
-                segment_id: seg,
+                ..Block::fresh(ptr, p.size, p.stream, p.pool, seg)
             });
             if let Some(prev) = prev {
                 self.blocks[prev].next = Some(user);

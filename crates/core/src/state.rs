@@ -198,21 +198,7 @@ impl<D: Device> State<D> {
         pool: PoolRef,
         segment_id: u32,
     ) -> BlockId {
-        self.blocks.insert(Block {
-            ptr,
-            size,
-            requested_size: 0,
-            stream,
-            pool,
-            allocated: false,
-            mapped: true,
-            prev: None,
-            next: None,
-            event_count: 0,
-            stream_uses: Vec::new(),
-            gc_count_base: 0,
-            expandable: crate::block::NOT_EXPANDABLE,
-            segment_id,
-        })
+        self.blocks
+            .insert(Block::fresh(ptr, size, stream, pool, segment_id))
     }
 }
