@@ -141,10 +141,9 @@ impl Floor {
         let Some(peak) = self.peak_rounded else {
             return false;
         };
-        let limit = if self.fraction < 1.0 {
-            ((self.fraction * capacity as f64).round() as u64).saturating_add(self.page_slack)
-        } else {
-            capacity
+        let limit = match cachalot_core::bounds::allowed_maximum(self.fraction, capacity) {
+            Some(allowed) => allowed.saturating_add(self.page_slack),
+            None => capacity,
         };
         peak > limit
     }

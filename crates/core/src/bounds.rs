@@ -51,7 +51,7 @@ pub fn doomed_request(size: u64, capacity: u64, conf: &AllocConf) -> Option<Doom
 /// `allowed_memory_maximum` for a `per_process_memory_fraction` on a device of `total`
 /// bytes: a fraction below 1 sets a limit, rounded to the nearest byte, halves away from
 /// zero (torch 2.15; the oracle: 0.25 × (4k + 3) bytes allows k + 1); 1 sets none.
-pub(crate) fn allowed_maximum(fraction: f64, total: u64) -> Option<u64> {
+pub fn allowed_maximum(fraction: f64, total: u64) -> Option<u64> {
     (fraction < 1.0).then(|| (fraction * total as f64).round() as u64)
 }
 
