@@ -14,14 +14,32 @@
 //!   and no recorded stream uses. Unmapped blocks (the not-yet-mapped part of an expandable
 //!   segment) are in the pool's unmapped set instead.
 //! - Links are [`BlockId`] indices into the [`Arena`], never pointers.
+//! - A block is plain data (72 bytes, no heap part): the streams `record_stream` names for it
+//!   are kept beside the arena (`State::stream_uses`), as few blocks ever have any.
+
+use std::num::NonZeroU32;
 
 use cachalot_device::StreamId;
 
 use crate::mempool::PoolRef;
 
-/// Index of a block in the [`Arena`].
+/// Index of a block in the [`Arena`]. Never 0 (the arena's slot 0 holds no block), so an
+/// `Option<BlockId>` link takes 4 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BlockId(pub(crate) u32);
+pub struct BlockId(NonZeroU32);
+
+impl BlockId {
+    /// The block in slot `i` (`None` for slot 0, which holds no block).
+    #[inline]
+    pub(crate) fn new(i: u32) -> Option<Self> {
+        NonZeroU32::new(i).map(BlockId)
+    }
+
+    #[inline]
+    fn slot(self) -> usize {
+        self.0.get() as usize
+    }
+}
 
 /// Which pool a block belongs to (the default small or large pool).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,7 +62,7 @@ impl PoolKind {
 pub(crate) const NOT_EXPANDABLE: u32 = u32::MAX;
 
 /// One contiguous piece of a segment.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Block {
     /// Device address of the first byte.
     pub ptr: u64,
@@ -66,8 +84,9 @@ pub(crate) struct Block {
     pub next: Option<BlockId>,
     /// Outstanding events recorded on other streams; reusable only at 0.
     pub event_count: u32,
-    /// Streams recorded with `record_stream` since the allocation.
-    pub stream_uses: Vec<StreamId>,
+    /// Whether `record_stream` named other streams since the allocation (they are in
+    /// `State::stream_uses`); only an allocated block has any.
+    pub has_stream_uses: bool,
     /// The pool's search counter when the block last entered the free set (GC age base).
     pub gc_count_base: u64,
     /// Index of the owning expandable segment, or [`NOT_EXPANDABLE`].
@@ -94,7 +113,7 @@ impl Block {
             prev: None,
             next: None,
             event_count: 0,
-            stream_uses: Vec::new(),
+            has_stream_uses: false,
             gc_count_base: 0,
             expandable: NOT_EXPANDABLE,
             segment_id,
@@ -113,38 +132,51 @@ impl Block {
     }
 }
 
-/// Storage for blocks, with recycling of freed slots.
-#[derive(Default, Debug)]
+/// Storage for blocks, with recycling of freed slots. Slot 0 holds a placeholder that is
+/// never a live block.
+#[derive(Debug)]
 pub(crate) struct Arena {
     slots: Vec<Block>,
-    vacant: Vec<u32>,
+    vacant: Vec<BlockId>,
+}
+
+impl Default for Arena {
+    fn default() -> Self {
+        let pool = PoolRef::default_pool(PoolKind::Large);
+        let placeholder = Block::fresh(0, 0, StreamId::DEFAULT, pool, 0);
+        Arena {
+            slots: vec![placeholder],
+            vacant: Vec::new(),
+        }
+    }
 }
 
 impl Arena {
     /// Stores a block and returns its id.
     #[inline]
     pub fn insert(&mut self, b: Block) -> BlockId {
-        if let Some(i) = self.vacant.pop() {
-            self.slots[i as usize] = b;
-            BlockId(i)
+        if let Some(id) = self.vacant.pop() {
+            self.slots[id.slot()] = b;
+            id
         } else {
+            let i = u32::try_from(self.slots.len()).expect("fewer than 2^32 blocks");
             self.slots.push(b);
-            BlockId((self.slots.len() - 1) as u32)
+            BlockId::new(i).expect("slot 0 is the placeholder")
         }
     }
     /// Forgets a block; its id may be reused.
     #[inline]
     pub fn remove(&mut self, id: BlockId) {
-        debug_assert!(!self.vacant.contains(&id.0), "block removed twice");
-        self.slots[id.0 as usize].size = 0;
-        self.vacant.push(id.0);
+        debug_assert!(!self.vacant.contains(&id), "block removed twice");
+        self.slots[id.slot()].size = 0;
+        self.vacant.push(id);
     }
     /// The ids of all live blocks.
     pub fn live_ids(&self) -> Vec<BlockId> {
-        let vacant: rustc_hash::FxHashSet<u32> = self.vacant.iter().copied().collect();
-        (0..self.slots.len() as u32)
-            .filter(|i| !vacant.contains(i))
-            .map(BlockId)
+        let vacant: rustc_hash::FxHashSet<BlockId> = self.vacant.iter().copied().collect();
+        (1..self.slots.len() as u32)
+            .filter_map(BlockId::new)
+            .filter(|id| !vacant.contains(id))
             .collect()
     }
 }
@@ -153,13 +185,46 @@ impl std::ops::Index<BlockId> for Arena {
     type Output = Block;
     #[inline]
     fn index(&self, id: BlockId) -> &Block {
-        &self.slots[id.0 as usize]
+        &self.slots[id.slot()]
     }
 }
 
 impl std::ops::IndexMut<BlockId> for Arena {
     #[inline]
     fn index_mut(&mut self, id: BlockId) -> &mut Block {
-        &mut self.slots[id.0 as usize]
+        &mut self.slots[id.slot()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block is plain data that fits in 72 bytes, and a link in 4.
+    #[test]
+    fn blocks_are_small() {
+        assert_eq!(std::mem::size_of::<Option<BlockId>>(), 4);
+        assert!(
+            std::mem::size_of::<Block>() <= 72,
+            "{}",
+            std::mem::size_of::<Block>()
+        );
+    }
+
+    /// Ids are recycled, never 0, and `live_ids` lists exactly the blocks stored.
+    #[test]
+    fn arena_recycles_ids() {
+        let mut a = Arena::default();
+        let pool = PoolRef::default_pool(PoolKind::Small);
+        let b = |ptr| Block::fresh(ptr, 1, StreamId::DEFAULT, pool, 0);
+        let x = a.insert(b(10));
+        let y = a.insert(b(20));
+        assert_eq!(a.live_ids(), vec![x, y]);
+        a.remove(x);
+        assert_eq!(a.live_ids(), vec![y]);
+        let z = a.insert(b(30));
+        assert_eq!(z, x, "a vacant slot is reused");
+        assert_eq!((a[z].ptr, a[y].ptr), (30, 20));
+        assert_eq!(a.live_ids(), vec![x, y]);
     }
 }

@@ -89,7 +89,7 @@ impl<D: Device> State<D> {
     fn allocatable(&self, id: Option<BlockId>) -> bool {
         id.is_some_and(|id| {
             let b = &self.blocks[id];
-            !b.allocated && b.event_count == 0 && b.stream_uses.is_empty()
+            !b.allocated && b.event_count == 0 && !b.has_stream_uses
         })
     }
 

@@ -26,7 +26,7 @@ impl<D: Device> State<D> {
                 b.size,
                 b.requested_size,
                 b.stream,
-                !b.stream_uses.is_empty(),
+                b.has_stream_uses,
             )
         };
         if has_uses && self.active_mirrors_allocation {
@@ -53,15 +53,20 @@ impl<D: Device> State<D> {
             return Err(AllocError::InvalidPointer { ptr });
         };
         let b = &mut self.blocks[id];
-        if stream != b.stream && !b.stream_uses.contains(&stream) {
-            b.stream_uses.push(stream);
+        if stream != b.stream {
+            b.has_stream_uses = true;
+            let uses = self.stream_uses.entry(id).or_default();
+            if !uses.contains(&stream) {
+                uses.push(stream);
+            }
         }
         Ok(())
     }
 
     /// Records one event per stream that used the block (`insert_events`).
     fn insert_events(&mut self, id: BlockId) -> Result<(), AllocError> {
-        let uses = std::mem::take(&mut self.blocks[id].stream_uses);
+        self.blocks[id].has_stream_uses = false;
+        let uses = self.stream_uses.remove(&id).unwrap_or_default();
         for s in uses {
             let ev = self.device.record_event(s)?;
             self.blocks[id].event_count += 1;
@@ -115,7 +120,7 @@ impl<D: Device> State<D> {
     pub(crate) fn free_block(&mut self, id: BlockId) {
         let (ptr, requested, stream, original_size, small, prev, next) = {
             let b = &self.blocks[id];
-            debug_assert!(!b.allocated && b.event_count == 0 && b.stream_uses.is_empty());
+            debug_assert!(!b.allocated && b.event_count == 0 && !b.has_stream_uses);
             let small = b.pool.is_small();
             (
                 b.ptr,
@@ -168,7 +173,7 @@ impl<D: Device> State<D> {
         let Some(src) = src else { return 0 };
         let dst_mapped = self.blocks[dst].mapped;
         let s = &self.blocks[src];
-        if s.allocated || s.event_count > 0 || !s.stream_uses.is_empty() || s.mapped != dst_mapped {
+        if s.allocated || s.event_count > 0 || s.has_stream_uses || s.mapped != dst_mapped {
             return 0;
         }
         let (s_ptr, s_size, s_prev, s_next) = (s.ptr, s.size, s.prev, s.next);

@@ -740,14 +740,14 @@ mod tests {
         fn same_order_as_one_ordered_set(ops in proptest::collection::vec(op(), 1..1500)) {
             let mut set = FreeSet::default();
             let mut model = Model::new();
-            let mut next_id = 0u32;
+            let mut next_id = 1u32;
             let mut next_ptr = 0u64;
             for op in ops {
                 match op {
                     Op::Insert { stream, size, seg } => {
                         next_ptr += 512;
                         let key = (size, seg, next_ptr ^ 0x5555_0000);
-                        let id = BlockId(next_id);
+                        let id = BlockId::new(next_id).unwrap();
                         next_id += 1;
                         set.insert(stream, key, id);
                         model.insert((stream, key), id);

@@ -37,10 +37,28 @@ impl<D: Device> State<D> {
         let mut inactive_split_bytes = [0i128; 2];
         let is_free = |id: BlockId| {
             let b = &self.blocks[id];
-            !b.allocated && b.event_count == 0 && b.stream_uses.is_empty()
+            !b.allocated && b.event_count == 0 && !b.has_stream_uses
         };
+        let live_set: BTreeSet<BlockId> = live.iter().copied().collect();
+        for (&id, uses) in &self.stream_uses {
+            if !live_set.contains(&id) || !self.blocks[id].has_stream_uses || uses.is_empty() {
+                return Err("recorded stream uses of a block that is gone or not marked".into());
+            }
+            if !self.blocks[id].allocated {
+                return Err(format!(
+                    "block {:#x}: stream uses recorded but not allocated",
+                    self.blocks[id].ptr
+                ));
+            }
+        }
         for &id in &live {
             let b = &self.blocks[id];
+            if b.has_stream_uses != self.stream_uses.contains_key(&id) {
+                return Err(format!(
+                    "block {:#x}: stream-use mark and table disagree",
+                    b.ptr
+                ));
+            }
             let k = usize::from(!b.pool.is_small());
             if let Some(n) = b.next {
                 let nb = &self.blocks[n];

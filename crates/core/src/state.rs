@@ -28,6 +28,9 @@ pub(crate) struct State<D> {
     pub private: PrivatePools,
     /// Allocated blocks by address: exactly the blocks handed out and not yet freed.
     pub allocated: FxHashMap<u64, BlockId>,
+    /// The streams `record_stream` named for an allocated block, other than its own: exactly
+    /// the blocks whose `has_stream_uses` is set.
+    pub stream_uses: FxHashMap<BlockId, Vec<StreamId>>,
     /// Outstanding events per stream, oldest first (`cuda_events`).
     pub events: BTreeMap<StreamId, VecDeque<(EventId, BlockId)>>,
     /// Expandable segments, by index (a block's `expandable` field); `None` once released.
@@ -83,6 +86,7 @@ impl<D: Device> State<D> {
             large: BlockPool::new(PoolKind::Large),
             private: PrivatePools::default(),
             allocated: FxHashMap::default(),
+            stream_uses: FxHashMap::default(),
             events: BTreeMap::new(),
             expandable: Vec::new(),
             total_allocated_memory: 0,
