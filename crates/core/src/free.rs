@@ -167,38 +167,48 @@ impl<D: Device> State<D> {
     }
 
     /// Absorbs `src` into `dst` if `src` is a free neighbour in the same mapping state;
-    /// returns the bytes absorbed (`try_merge_blocks`).
-    #[inline]
+    /// returns the bytes absorbed (`try_merge_blocks`). The test is inlined (most neighbours
+    /// are allocated or absent), the merge is not.
+    #[inline(always)]
     pub(crate) fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>) -> u64 {
         let Some(src) = src else { return 0 };
-        let dst_mapped = self.blocks[dst].mapped;
         let s = &self.blocks[src];
-        if s.allocated || s.event_count > 0 || s.has_stream_uses || s.mapped != dst_mapped {
+        if s.allocated
+            || s.event_count > 0
+            || s.has_stream_uses
+            || s.mapped != self.blocks[dst].mapped
+        {
             return 0;
         }
-        let (s_ptr, s_size, s_prev, s_next) = (s.ptr, s.size, s.prev, s.next);
-        if dst_mapped {
+        self.merge_blocks(dst, src)
+    }
+
+    /// Absorbs the free neighbour `src` into `dst`; returns the bytes absorbed.
+    #[inline(never)]
+    fn merge_blocks(&mut self, dst: BlockId, src: BlockId) -> u64 {
+        let s = self.blocks[src];
+        if s.mapped {
             let removed = self.remove_free(src);
             debug_assert!(removed, "free neighbour missing from the free set");
         } else {
             self.remove_unmapped(src);
         }
         let d = &mut self.blocks[dst];
-        d.size += s_size;
+        d.size += s.size;
         if d.prev == Some(src) {
-            d.ptr = s_ptr;
-            d.prev = s_prev;
-            if let Some(p) = s_prev {
+            d.ptr = s.ptr;
+            d.prev = s.prev;
+            if let Some(p) = s.prev {
                 self.blocks[p].next = Some(dst);
             }
         } else {
-            d.next = s_next;
-            if let Some(n) = s_next {
+            d.next = s.next;
+            if let Some(n) = s.next {
                 self.blocks[n].prev = Some(dst);
             }
         }
         self.blocks.remove(src);
-        s_size
+        s.size
     }
 }
 
