@@ -77,6 +77,15 @@ pub(crate) struct Slot {
     index: u16,
 }
 
+/// What [`FreeSet::take_first_at_or_after`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum First {
+    /// The block, removed from the set.
+    Taken(BlockId),
+    /// The block, refused and left in the set at the slot.
+    Kept(Slot, BlockId),
+}
+
 /// The entries of one size class, sorted: one vector, or (past [`FLAT_MAX`] entries) sorted
 /// chunks, which stay chunked.
 #[derive(Debug, Clone)]
@@ -401,6 +410,30 @@ impl StreamSet {
         self.next_class(c + 1).map(|c| (c, 0, 0))
     }
 
+    /// The best fit for `size` bytes, removed if `accept` takes its block (the set's index
+    /// `s` goes into the slot of one kept).
+    #[inline(always)]
+    fn take_first(
+        &mut self,
+        s: u32,
+        size: u64,
+        accept: impl FnOnce(BlockId) -> bool,
+    ) -> Option<First> {
+        let (c, ci, i) = self.first_at_or_after(size)?;
+        let id = self.chunk(c, ci).get(i)?.id;
+        if !accept(id) {
+            let slot = Slot {
+                set: s,
+                class: c as u16,
+                chunk: ci as u32,
+                index: i as u16,
+            };
+            return Some(First::Kept(slot, id));
+        }
+        self.remove_at(c, ci, i);
+        Some(First::Taken(id))
+    }
+
     /// The position just after the last entry of fewer than `size` bytes: (class, chunk,
     /// index) where the index counts the entries before it in that chunk.
     fn end_before(&self, size: u64) -> Option<(usize, usize, usize)> {
@@ -505,21 +538,17 @@ impl FreeSet {
         )
     }
 
-    /// The best fit for `size` bytes on `stream` (the first block [`FreeSet::at_or_after`]
-    /// yields), with its slot.
-    #[inline]
-    pub fn first_at_or_after(&self, stream: u64, size: u64) -> Option<(Slot, BlockId)> {
+    /// The best fit for `size` bytes on `stream`, removed if `accept` takes its block: one
+    /// search, no second one to remove what it found.
+    #[inline(always)]
+    pub fn take_first_at_or_after(
+        &mut self,
+        stream: u64,
+        size: u64,
+        accept: impl FnOnce(BlockId) -> bool,
+    ) -> Option<First> {
         let s = self.find(stream)?;
-        let set = &self.sets[s as usize];
-        let (c, ci, i) = set.first_at_or_after(size)?;
-        let id = set.chunk(c, ci).get(i)?.id;
-        let slot = Slot {
-            set: s,
-            class: c as u16,
-            chunk: ci as u32,
-            index: i as u16,
-        };
-        Some((slot, id))
+        self.sets[s as usize].take_first(s, size, accept)
     }
 
     /// The free blocks of `stream` of at least `size` bytes, best fit first (torch's
@@ -671,130 +700,4 @@ impl<'a> Iterator for Backward<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use proptest::prelude::*;
-
-    use super::*;
-
-    /// The reference: torch's one ordered set.
-    type Model = BTreeMap<(u64, SizeKey), BlockId>;
-
-    fn forward(set: &FreeSet, stream: u64, size: u64) -> Vec<BlockId> {
-        set.at_or_after(stream, size).map(|(_, &id)| id).collect()
-    }
-
-    fn model_forward(m: &Model, stream: u64, size: u64) -> Vec<BlockId> {
-        m.range((stream, (size, 0, 0))..(stream + 1, (0, 0, 0)))
-            .map(|(_, &id)| id)
-            .collect()
-    }
-
-    fn model_backward(m: &Model, stream: u64, size: u64) -> Vec<BlockId> {
-        m.range((stream, (0, 0, 0))..(stream, (size, 0, 0)))
-            .rev()
-            .map(|(_, &id)| id)
-            .collect()
-    }
-
-    #[derive(Debug, Clone)]
-    enum Op {
-        Insert { stream: u64, size: u64, seg: u32 },
-        Remove { pick: usize },
-        TakeFirst { stream: u64, size: u64 },
-        Query { stream: u64, size: u64 },
-    }
-
-    /// Sizes that crowd a few classes (long sorted classes) and spread over many.
-    fn size() -> impl Strategy<Value = u64> {
-        prop_oneof![
-            (0u64..40).prop_map(|k| (1 << 20) + k * 512),
-            (1u64..2048).prop_map(|k| k * 512),
-            0u64..64,
-            any::<u64>(),
-        ]
-    }
-
-    /// Mostly a few streams (classes fill up), sometimes many (the index by hash).
-    fn stream() -> impl Strategy<Value = u64> {
-        prop_oneof![4 => 0u64..3, 1 => 0u64..40]
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            6 => (stream(), size(), 0u32..4)
-                .prop_map(|(stream, size, seg)| Op::Insert { stream, size, seg }),
-            3 => any::<usize>().prop_map(|pick| Op::Remove { pick }),
-            2 => (stream(), size()).prop_map(|(stream, size)| Op::TakeFirst { stream, size }),
-            1 => (stream(), size()).prop_map(|(stream, size)| Op::Query { stream, size }),
-        ]
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
-
-        /// Every search, walk and removal agrees with one ordered map of
-        /// (stream, size, counter, address).
-        #[test]
-        fn same_order_as_one_ordered_set(ops in proptest::collection::vec(op(), 1..1500)) {
-            let mut set = FreeSet::default();
-            let mut model = Model::new();
-            let mut next_id = 1u32;
-            let mut next_ptr = 0u64;
-            for op in ops {
-                match op {
-                    Op::Insert { stream, size, seg } => {
-                        next_ptr += 512;
-                        let key = (size, seg, next_ptr ^ 0x5555_0000);
-                        let id = BlockId::new(next_id).unwrap();
-                        next_id += 1;
-                        set.insert(stream, key, id);
-                        model.insert((stream, key), id);
-                    }
-                    Op::Remove { pick } => {
-                        if model.is_empty() {
-                            continue;
-                        }
-                        let (&(stream, key), &id) = model.iter().nth(pick % model.len()).unwrap();
-                        prop_assert!(set.remove(stream, key, id));
-                        prop_assert!(!set.remove(stream, key, id));
-                        model.remove(&(stream, key));
-                    }
-                    Op::TakeFirst { stream, size } => {
-                        let first = set.at_or_after(stream, size).next().map(|(s, &id)| (s, id));
-                        let want = model_forward(&model, stream, size).first().copied();
-                        prop_assert_eq!(first.map(|f| f.1), want);
-                        prop_assert_eq!(set.first_at_or_after(stream, size), first);
-                        if let Some((slot, id)) = first {
-                            prop_assert_eq!(set.remove_at(slot), id);
-                            model.retain(|_, v| *v != id);
-                        }
-                    }
-                    Op::Query { stream, size } => {
-                        prop_assert_eq!(forward(&set, stream, size), model_forward(&model, stream, size));
-                        let back: Vec<BlockId> = set.before(stream, size).map(|(_, &id)| id).collect();
-                        prop_assert_eq!(back, model_backward(&model, stream, size));
-                    }
-                }
-            }
-            let all: Vec<_> = set.entries().collect();
-            let want: Vec<_> = model.iter().map(|(&(s, k), &id)| (s, k, id)).collect();
-            prop_assert_eq!(all, want);
-        }
-    }
-
-    #[test]
-    fn classes_increase_with_size() {
-        let mut sizes: Vec<u64> = (0..5000).collect();
-        sizes.extend((12..64).flat_map(|e| [(1u64 << e) - 1, 1 << e, (1 << e) + 1]));
-        sizes.push(u64::MAX);
-        sizes.sort_unstable();
-        for w in sizes.windows(2) {
-            assert!(class_of(w[0]) <= class_of(w[1]), "{} then {}", w[0], w[1]);
-        }
-        assert_eq!(class_of(15), 15);
-        assert_eq!(class_of(16), 16);
-        assert_eq!(class_of(u64::MAX), CLASSES - 1);
-    }
-}
+mod tests;

@@ -16,6 +16,7 @@ use crate::block::{Block, BlockId};
 use crate::history::TraceAction;
 use crate::mempool::PoolRef;
 use crate::oom::{AllocError, OomCause, OomReport};
+use crate::pool::First;
 use crate::size::{self, MAX_UNSPLIT_REMAINDER, MIN_BLOCK_SIZE};
 use crate::state::State;
 
@@ -91,7 +92,15 @@ impl<D: Device> State<D> {
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
-        let (mut slot, mut id) = pool.first_at_or_after(p.stream, p.size)?;
+        // The usual case: the best fit is a classic block, taken or refused whole.
+        let first = pool.take_first_at_or_after(p.stream, p.size, |id| {
+            let b = &blocks[id];
+            !b.is_expandable() && !crate::size::refuses_oversize(conf, p.size, b.size, false)
+        })?;
+        let (mut slot, mut id) = match first {
+            First::Taken(id) => return Some(id),
+            First::Kept(slot, id) => (slot, id),
+        };
         if blocks[id].is_expandable() {
             // The rest of the walk, after the first block.
             let mut it = pool.at_or_after(p.stream, p.size).skip(1);

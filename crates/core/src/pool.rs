@@ -13,7 +13,7 @@ use cachalot_device::StreamId;
 
 use crate::block::{Block, BlockId, PoolKind};
 use crate::free_set::{Backward, Forward, FreeSet};
-pub(crate) use crate::free_set::{SizeKey, Slot};
+pub(crate) use crate::free_set::{First, SizeKey, Slot};
 
 /// Unmapped-set key: (stream, address).
 pub(crate) type AddrKey = (u64, u64);
@@ -78,11 +78,16 @@ impl BlockPool {
         self.free.at_or_after(stream.0, size)
     }
 
-    /// The best fit for `size` bytes on `stream`: the first block of
-    /// [`BlockPool::at_or_after`], with its slot, without building the walk.
-    #[inline]
-    pub fn first_at_or_after(&self, stream: StreamId, size: u64) -> Option<(Slot, BlockId)> {
-        self.free.first_at_or_after(stream.0, size)
+    /// The best fit for `size` bytes on `stream`, removed if `accept` takes its block (see
+    /// [`First`]).
+    #[inline(always)]
+    pub fn take_first_at_or_after(
+        &mut self,
+        stream: StreamId,
+        size: u64,
+        accept: impl FnOnce(BlockId) -> bool,
+    ) -> Option<First> {
+        self.free.take_first_at_or_after(stream.0, size, accept)
     }
 
     /// The free blocks of `stream` smaller than `size` bytes, largest first.
