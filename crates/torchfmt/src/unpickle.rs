@@ -275,7 +275,8 @@ impl<I: Read> Machine<I> {
     fn pop_from(&mut self, len: usize) -> Vec<Val> {
         let mut items = std::mem::take(&mut self.spare);
         items.clear();
-        items.extend(self.stack.drain(len..));
+        items.extend_from_slice(&self.stack[len..]);
+        self.stack.truncate(len);
         items
     }
 
@@ -522,6 +523,16 @@ impl<I: Read> Machine<I> {
                 self.b.append(l, v)?;
             }
             op::APPENDS => {
+                // Most lists of a snapshot (stack frames) are not read: their elements are
+                // dropped where they lie, without a copy.
+                if let Some(&m) = self.marks.last()
+                    && m > self.marks.iter().rev().nth(1).copied().unwrap_or(0)
+                    && self.stack[m - 1] == Val::Skip(Kind::List)
+                {
+                    self.marks.pop();
+                    self.stack.truncate(m);
+                    return Ok(None);
+                }
                 let items = self.pop_mark()?;
                 let l = self.top()?;
                 for &v in &items {
