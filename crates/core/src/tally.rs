@@ -3,35 +3,41 @@
 //! `inactive_split_bytes`), kept in a form that is cheap to update and turned into torch's
 //! four numbers per [`Stat`] only when someone reads them.
 //!
-//! A [`Tally`] holds, per pool kind (small, large), the exact `current`, its `peak` and the
-//! sum of increases (`allocated`) as `i128`, and the aggregate's peak. The rest is derived:
+//! A [`Tally`] holds, per pool kind (small, large), the exact `current` and its `peak` as
+//! `u64`, the sum of increases (`allocated`) as `u128`, and the aggregate's peak. The rest is
+//! derived:
 //!
 //! - a pool's `freed` is `allocated − current + base`, `base` being `current` at the last
 //!   `reset_accumulated` (every decrease lowers `current` by what it adds to `freed`);
 //! - the aggregate's `current`, `allocated` and `freed` are the sums of the two pools' (torch
 //!   changes the aggregate by exactly what it changes the pool by).
 //!
-//! So a decrease is one subtraction, and an increase three additions and two maxima, where
-//! [`Stat`] took two saturating operations per entry and a decrease touched two entries.
+//! So a decrease is one subtraction, and an increase three additions and two comparisons,
+//! where [`Stat`] took two saturating operations per entry and a decrease touched two entries.
 //!
-//! The arithmetic wraps explicitly and never does: every amount is below 2^64 and a process
-//! makes fewer than 2^63 updates, so every value stays below 2^127 in magnitude. Past the
-//! `int64_t` range of torch's counters (devices of 2^63 bytes and more) the values read out
-//! saturate, computed from the exact ones.
+//! Why these widths are exact: each of the seven counts blocks or bytes of one device's
+//! memory (live allocations, active or inactive blocks, their bytes, the bytes requested for
+//! them), so the aggregate's true value, and with it each pool's, its peak and the sum of the
+//! two, lies in `0 ..= u64::MAX` after every update. A merge may apply its net change in one
+//! step that passes through other values; the `u64` arithmetic wraps explicitly, so the result
+//! is the true value all the same. The sums of increases grow without that bound, but by less
+//! than 2^64 per update over fewer than 2^63 updates: below 2^127. Past the `int64_t` range of
+//! torch's counters (devices of 2^63 bytes and more) the values read out saturate, computed
+//! from the exact ones.
 
 use crate::stats::{Stat, StatArray};
 
 /// `v` as torch's `int64_t` counter, saturated at its range.
 #[inline]
-fn clamp64(v: i128) -> i64 {
-    i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX })
+fn clamp64(v: u128) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 /// Raises `peak` to `value` if that is higher. A peak is rarely passed once a workload has
-/// warmed up, so this is a compare and a branch taken seldom, not a select and two stores on
+/// warmed up, so this is a compare and a branch taken seldom, not a select and a store on
 /// every increase.
 #[inline(always)]
-fn raise(peak: &mut i128, value: i128) {
+fn raise(peak: &mut u64, value: u64) {
     if value > *peak {
         set(peak, value);
     }
@@ -39,27 +45,27 @@ fn raise(peak: &mut i128, value: i128) {
 
 #[cold]
 #[inline(never)]
-fn set(peak: &mut i128, value: i128) {
+fn set(peak: &mut u64, value: u64) {
     *peak = value;
 }
 
 /// One pool kind's counter.
 #[derive(Clone, Copy, Debug, Default)]
 struct Counter {
-    current: i128,
-    peak: i128,
+    current: u64,
+    peak: u64,
     /// Sum of increases since the last `reset_accumulated`.
-    allocated: i128,
+    allocated: u128,
     /// `current` at the last `reset_accumulated`.
-    base: i128,
+    base: u64,
 }
 
 impl Counter {
+    /// Sum of decreases since the last `reset_accumulated` (never negative: `current` is
+    /// `base` plus the increases less the decreases).
     #[inline]
-    fn freed(&self) -> i128 {
-        self.allocated
-            .wrapping_sub(self.current)
-            .wrapping_add(self.base)
+    fn freed(&self) -> u128 {
+        (self.allocated + u128::from(self.base)).wrapping_sub(u128::from(self.current))
     }
 }
 
@@ -69,17 +75,16 @@ pub(crate) struct Tally {
     /// Small pool, large pool.
     pools: [Counter; 2],
     /// The aggregate's peak.
-    all_peak: i128,
+    all_peak: u64,
 }
 
 impl Tally {
     /// Adds `n` to the pool kind and the aggregate, raising their peaks.
     #[inline]
     pub fn increase(&mut self, is_small: bool, n: u64) {
-        let n = i128::from(n);
         let p = &mut self.pools[usize::from(!is_small)];
         p.current = p.current.wrapping_add(n);
-        p.allocated = p.allocated.wrapping_add(n);
+        p.allocated = p.allocated.wrapping_add(u128::from(n));
         raise(&mut p.peak, p.current);
         let all = self.all_current();
         raise(&mut self.all_peak, all);
@@ -89,28 +94,23 @@ impl Tally {
     #[inline]
     pub fn decrease(&mut self, is_small: bool, n: u64) {
         let p = &mut self.pools[usize::from(!is_small)];
-        p.current = p.current.wrapping_sub(i128::from(n));
+        p.current = p.current.wrapping_sub(n);
     }
 
-    /// Applies a signed change (the net change of a merge).
+    /// Applies a signed change (the net change of a merge: its magnitude is at most a few
+    /// blocks' bytes, and only its value modulo 2^64 reaches the `u64` counters).
     #[inline]
     pub fn apply(&mut self, is_small: bool, delta: i128) {
         if delta >= 0 {
-            let p = &mut self.pools[usize::from(!is_small)];
-            p.current = p.current.wrapping_add(delta);
-            p.allocated = p.allocated.wrapping_add(delta);
-            raise(&mut p.peak, p.current);
-            let all = self.all_current();
-            raise(&mut self.all_peak, all);
+            self.increase(is_small, delta as u64);
         } else {
-            let p = &mut self.pools[usize::from(!is_small)];
-            p.current = p.current.wrapping_add(delta);
+            self.decrease(is_small, delta.unsigned_abs() as u64);
         }
     }
 
     /// The aggregate's current value.
     #[inline]
-    pub fn all_current(&self) -> i128 {
+    pub fn all_current(&self) -> u64 {
         self.pools[0].current.wrapping_add(self.pools[1].current)
     }
 
@@ -132,9 +132,9 @@ impl Tally {
 
     /// The counters as torch reports them: aggregate, small pool, large pool.
     pub fn to_array(self) -> StatArray {
-        let stat = |current: i128, peak: i128, allocated: i128, freed: i128| Stat {
-            current: clamp64(current),
-            peak: clamp64(peak),
+        let stat = |current: u64, peak: u64, allocated: u128, freed: u128| Stat {
+            current: clamp64(u128::from(current)),
+            peak: clamp64(u128::from(peak)),
             allocated: clamp64(allocated),
             freed: clamp64(freed),
         };
@@ -143,8 +143,8 @@ impl Tally {
             stat(
                 self.all_current(),
                 self.all_peak,
-                s.allocated.wrapping_add(l.allocated),
-                s.freed().wrapping_add(l.freed()),
+                s.allocated + l.allocated,
+                s.freed() + l.freed(),
             ),
             stat(s.current, s.peak, s.allocated, s.freed()),
             stat(l.current, l.peak, l.allocated, l.freed()),
@@ -199,7 +199,10 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Op {
         Increase(bool, u64),
+        /// A decrease by this share (per mille) of the pool's current value: counters never
+        /// go below zero.
         Decrease(bool, u64),
+        /// A net change, down by at most the pool's current value.
         Apply(bool, i64),
         ResetPeak,
         ResetAccumulated,
@@ -208,7 +211,7 @@ mod tests {
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             4 => (any::<bool>(), 0u64..1 << 40).prop_map(|(s, n)| Op::Increase(s, n)),
-            3 => (any::<bool>(), 0u64..1 << 40).prop_map(|(s, n)| Op::Decrease(s, n)),
+            3 => (any::<bool>(), 0u64..=1000).prop_map(|(s, n)| Op::Decrease(s, n)),
             2 => (any::<bool>(), -(1i64 << 40)..1 << 40).prop_map(|(s, d)| Op::Apply(s, d)),
             1 => Just(Op::ResetPeak),
             1 => Just(Op::ResetAccumulated),
@@ -217,22 +220,25 @@ mod tests {
 
     proptest! {
         /// Within torch's int64 range a tally reads exactly as a `StatArray` updated the
-        /// same way (decreases may take a counter below zero: the bookkeeping is the same).
+        /// same way.
         #[test]
         fn reads_as_a_stat_array(ops in proptest::collection::vec(op(), 0..300)) {
             let mut tally = Tally::default();
             let mut array = StatArray::default();
             for op in ops {
+                let now = |a: &StatArray, s: bool| a.0[if s { 1 } else { 2 }].current as u64;
                 match op {
                     Op::Increase(s, n) => {
                         tally.increase(s, n);
                         array.increase(s, n);
                     }
-                    Op::Decrease(s, n) => {
+                    Op::Decrease(s, share) => {
+                        let n = now(&array, s) / 1000 * share;
                         tally.decrease(s, n);
                         array.decrease(s, n);
                     }
                     Op::Apply(s, d) => {
+                        let d = d.max(-(now(&array, s) as i64));
                         tally.apply(s, i128::from(d));
                         array.apply(s, d);
                     }
@@ -250,21 +256,46 @@ mod tests {
         }
     }
 
-    /// Past 2^63 the numbers read out saturate and never wrap.
+    /// Past 2^63 the numbers read out saturate and never wrap, up to a device of 2^64 − 1
+    /// bytes, and the sums of increases keep counting past 2^64.
     #[test]
     fn saturates_past_int64() {
         let mut t = Tally::default();
-        t.increase(false, u64::MAX);
-        t.increase(true, u64::MAX);
+        t.increase(false, 1 << 63);
+        t.increase(true, (1 << 63) - 1);
         let a = t.to_array();
         assert_eq!(a.all().current, i64::MAX);
         assert_eq!(a.all().peak, i64::MAX);
         assert_eq!(a.0[2].allocated, i64::MAX);
-        t.decrease(false, u64::MAX);
-        t.decrease(true, u64::MAX);
+        assert_eq!(a.0[1].current, i64::MAX);
+        t.decrease(false, 1 << 63);
+        t.decrease(true, (1 << 63) - 1);
         let a = t.to_array();
         assert_eq!(a.all().current, 0);
         assert_eq!(a.all().freed, i64::MAX);
         assert_eq!(a.all().peak, i64::MAX);
+        for _ in 0..3 {
+            t.increase(false, u64::MAX);
+            t.decrease(false, u64::MAX);
+        }
+        t.increase(false, 7);
+        let l = t.to_array().0[2];
+        assert_eq!((l.current, l.allocated, l.freed), (7, i64::MAX, i64::MAX));
+        t.reset_accumulated();
+        t.decrease(false, 5);
+        let l = t.to_array().0[2];
+        assert_eq!((l.current, l.allocated, l.freed), (2, 0, 5));
+    }
+
+    /// A merge's net change may be applied in one step that passes below zero or above
+    /// 2^64 on the way; the counters end at the true value.
+    #[test]
+    fn net_changes_wrap_to_the_true_value() {
+        let mut t = Tally::default();
+        t.increase(true, u64::MAX - 10);
+        t.apply(true, -(i128::from(u64::MAX) + 1) + 4);
+        t.apply(true, i128::from(u64::MAX) - 3 - 5);
+        assert_eq!(t.to_array().0[1].current, i64::MAX);
+        assert_eq!(t.all_current(), u64::MAX - 10 - 5);
     }
 }
