@@ -133,30 +133,35 @@ impl<D: Device> State<D> {
             )
         };
         self.record(TraceAction::FreeCompleted, ptr, requested, stream);
-        let mut net_blocks: i128 = 0;
-        let mut net_bytes: i128 = 0;
+        let (mut merged, mut subsumed) = (0u64, 0u64);
         for candidate in [prev, next] {
-            let subsumed = self.try_merge_blocks(id, candidate);
-            if subsumed > 0 {
-                // Two merges of blocks below 2^64 bytes each: far from the i128 range.
-                net_blocks = net_blocks.wrapping_sub(1);
-                net_bytes = net_bytes.wrapping_sub(i128::from(subsumed));
+            let bytes = self.try_merge_blocks(id, candidate);
+            if bytes > 0 {
+                // Both neighbours lie in the block's segment: their sum fits in a u64.
+                merged += 1;
+                subsumed += bytes;
             }
         }
         self.insert_free(id);
         let b = &self.blocks[id];
-        if b.is_split() {
-            net_blocks = net_blocks.wrapping_add(1);
-            net_bytes = net_bytes.wrapping_add(i128::from(b.size));
-        }
-        let expandable = b.is_expandable();
+        let (split, expandable) = (b.is_split(), b.is_expandable());
         let s = &mut self.hot;
         if !expandable {
-            if net_blocks != 0 {
-                s.inactive_split.apply(small, net_blocks);
-            }
-            if net_bytes != 0 {
-                s.inactive_split_bytes.apply(small, net_bytes);
+            // torch applies the net change of the merges and of the block itself, each
+            // statistic once, as an increase or a decrease by its sign. A block left split
+            // counts with its merged size, which is its own size plus what it absorbed: the
+            // net in bytes is its own size, an increase. A block that became a whole segment
+            // again takes its absorbed neighbours out, a decrease.
+            if split {
+                s.inactive_split_bytes.increase(small, original_size);
+                match merged {
+                    0 => s.inactive_split.increase(small, 1),
+                    2 => s.inactive_split.decrease(small, 1),
+                    _ => {}
+                }
+            } else if merged > 0 {
+                s.inactive_split_bytes.decrease(small, subsumed);
+                s.inactive_split.decrease(small, merged);
             }
         }
         if !self.active_mirrors_allocation {

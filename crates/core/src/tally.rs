@@ -18,9 +18,8 @@
 //! Why these widths are exact: each of the seven counts blocks or bytes of one device's
 //! memory (live allocations, active or inactive blocks, their bytes, the bytes requested for
 //! them), so the aggregate's true value, and with it each pool's, its peak and the sum of the
-//! two, lies in `0 ..= u64::MAX` after every update. A merge may apply its net change in one
-//! step that passes through other values; the `u64` arithmetic wraps explicitly, so the result
-//! is the true value all the same. The sums of increases grow without that bound, but by less
+//! two, lies in `0 ..= u64::MAX` after every update (a merge applies its net change as one
+//! update). The sums of increases grow without that bound, but by less
 //! than 2^64 per update over fewer than 2^63 updates: below 2^127. Past the `int64_t` range of
 //! torch's counters (devices of 2^63 bytes and more) the values read out saturate, computed
 //! from the exact ones.
@@ -95,17 +94,6 @@ impl Tally {
     pub fn decrease(&mut self, is_small: bool, n: u64) {
         let p = &mut self.pools[usize::from(!is_small)];
         p.current = p.current.wrapping_sub(n);
-    }
-
-    /// Applies a signed change (the net change of a merge: its magnitude is at most a few
-    /// blocks' bytes, and only its value modulo 2^64 reaches the `u64` counters).
-    #[inline]
-    pub fn apply(&mut self, is_small: bool, delta: i128) {
-        if delta >= 0 {
-            self.increase(is_small, delta as u64);
-        } else {
-            self.decrease(is_small, delta.unsigned_abs() as u64);
-        }
     }
 
     /// The aggregate's current value.
@@ -202,8 +190,6 @@ mod tests {
         /// A decrease by this share (per mille) of the pool's current value: counters never
         /// go below zero.
         Decrease(bool, u64),
-        /// A net change, down by at most the pool's current value.
-        Apply(bool, i64),
         ResetPeak,
         ResetAccumulated,
     }
@@ -212,7 +198,6 @@ mod tests {
         prop_oneof![
             4 => (any::<bool>(), 0u64..1 << 40).prop_map(|(s, n)| Op::Increase(s, n)),
             3 => (any::<bool>(), 0u64..=1000).prop_map(|(s, n)| Op::Decrease(s, n)),
-            2 => (any::<bool>(), -(1i64 << 40)..1 << 40).prop_map(|(s, d)| Op::Apply(s, d)),
             1 => Just(Op::ResetPeak),
             1 => Just(Op::ResetAccumulated),
         ]
@@ -236,11 +221,6 @@ mod tests {
                         let n = now(&array, s) / 1000 * share;
                         tally.decrease(s, n);
                         array.decrease(s, n);
-                    }
-                    Op::Apply(s, d) => {
-                        let d = d.max(-(now(&array, s) as i64));
-                        tally.apply(s, i128::from(d));
-                        array.apply(s, d);
                     }
                     Op::ResetPeak => {
                         tally.reset_peak();
@@ -285,17 +265,5 @@ mod tests {
         t.decrease(false, 5);
         let l = t.to_array().0[2];
         assert_eq!((l.current, l.allocated, l.freed), (2, 0, 5));
-    }
-
-    /// A merge's net change may be applied in one step that passes below zero or above
-    /// 2^64 on the way; the counters end at the true value.
-    #[test]
-    fn net_changes_wrap_to_the_true_value() {
-        let mut t = Tally::default();
-        t.increase(true, u64::MAX - 10);
-        t.apply(true, -(i128::from(u64::MAX) + 1) + 4);
-        t.apply(true, i128::from(u64::MAX) - 3 - 5);
-        assert_eq!(t.to_array().0[1].current, i64::MAX);
-        assert_eq!(t.all_current(), u64::MAX - 10 - 5);
     }
 }
