@@ -366,35 +366,79 @@ impl<'t> Run<'t> {
     /// inlined, so that a profiler can count the row loop alone (`--toggle-collect`).
     #[inline(never)]
     fn all_rows(&mut self, mut hook: Option<(usize, &mut ReplayHook<'_>)>) {
-        let trace = self.trace;
-        for (i, op) in trace.ops.iter().enumerate() {
-            let ooms_before = self.ooms.count;
-            let step = self
-                .row(i, op)
-                .and_then(|()| self.after_row(i, self.ooms.count > ooms_before, &mut hook));
-            match step {
-                Ok(()) => {}
-                Err(Stop::Early) => {
-                    self.stopped_early = true;
-                    self.last_op = i;
-                    break;
-                }
-                Err(Stop::Fatal(line, source)) => {
-                    self.fatal = Some((line, source));
-                    self.last_op = i;
-                    break;
-                }
+        let per_row = self.accounting.is_some() || self.opts.sample_every > 0;
+        let end = if per_row || self.opts.log_segments {
+            self.checked_rows(&mut hook)
+        } else {
+            self.lean_rows(&mut hook)
+        };
+        match end {
+            Ok(()) => {}
+            Err((i, Stop::Early)) => {
+                self.stopped_early = true;
+                self.last_op = i;
+            }
+            Err((i, Stop::Fatal(line, source))) => {
+                self.fatal = Some((line, source));
+                self.last_op = i;
             }
         }
     }
 
-    /// One trace row.
-    #[inline]
-    fn row(&mut self, i: usize, op: &TraceOp) -> Result<(), Stop> {
-        self.events += u64::from(!matches!(op, TraceOp::Pool { .. }));
-        if self.opts.log_segments {
-            self.tag.store(op.line() as i64, Ordering::Relaxed);
+    /// The row loop with every per-row duty: the device-call tag, the pool accounts, the
+    /// timeline samples and the hook.
+    fn checked_rows(
+        &mut self,
+        hook: &mut Option<(usize, &mut ReplayHook<'_>)>,
+    ) -> Result<(), (usize, Stop)> {
+        for (i, op) in self.trace.ops.iter().enumerate() {
+            if self.opts.log_segments {
+                self.tag.store(op.line() as i64, Ordering::Relaxed);
+            }
+            self.events += u64::from(!matches!(op, TraceOp::Pool { .. }));
+            let step = self
+                .row(i, op)
+                .and_then(|oom_now| self.after_row(i, oom_now, hook));
+            step.map_err(|stop| (i, stop))?;
         }
+        Ok(())
+    }
+
+    /// The row loop when nothing is due per row (no device-call log, no accounts, no
+    /// samples: the bench's replays and most of the advisor's): the rows, and the hook only
+    /// at its operations and at an out-of-memory.
+    fn lean_rows(
+        &mut self,
+        hook: &mut Option<(usize, &mut ReplayHook<'_>)>,
+    ) -> Result<(), (usize, Stop)> {
+        let hooked = hook.is_some();
+        let mut next_hook = if hooked { self.next_hook } else { usize::MAX };
+        let mut events = 0u64;
+        let mut end = Ok(());
+        for (i, op) in self.trace.ops.iter().enumerate() {
+            events += u64::from(!matches!(op, TraceOp::Pool { .. }));
+            let step = match self.row(i, op) {
+                Ok(oom_now) if hooked && (oom_now || i == next_hook) => {
+                    let r = self.after_row(i, oom_now, hook);
+                    next_hook = self.next_hook;
+                    r
+                }
+                Ok(_) => Ok(()),
+                Err(stop) => Err(stop),
+            };
+            if let Err(stop) = step {
+                end = Err((i, stop));
+                break;
+            }
+        }
+        self.events += events;
+        end
+    }
+
+    /// One trace row; `Ok(true)` when it was an allocation that failed with out-of-memory.
+    /// Inlined into both row loops (a call per row costs more than the loop's own work).
+    #[inline(always)]
+    fn row(&mut self, i: usize, op: &TraceOp) -> Result<bool, Stop> {
         match *op {
             TraceOp::Alloc {
                 slot,
@@ -402,7 +446,7 @@ impl<'t> Run<'t> {
                 stream,
                 line,
             } => self.alloc_row(i, slot as usize, size, stream, line),
-            TraceOp::Free { slot, line } => self.free_row(slot as usize, line),
+            TraceOp::Free { slot, line } => self.free_row(slot as usize, line).map(|()| false),
             TraceOp::Pool { op, line } => self
                 .pool_rows
                 .apply(
@@ -412,12 +456,13 @@ impl<'t> Run<'t> {
                     &self.ptrs,
                     self.opts.ignore_streams,
                 )
+                .map(|()| false)
                 .map_err(|source| Stop::Fatal(line, source)),
         }
     }
 
-    /// An allocation row: out-of-memory is counted (and stops the replay only under
-    /// `stop_at_first_oom`), anything else is fatal.
+    /// An allocation row: out-of-memory is counted (`Ok(true)`, and stops the replay only
+    /// under `stop_at_first_oom`), anything else is fatal.
     #[inline]
     fn alloc_row(
         &mut self,
@@ -426,12 +471,12 @@ impl<'t> Run<'t> {
         size: u64,
         stream: u32,
         line: u64,
-    ) -> Result<(), Stop> {
+    ) -> Result<bool, Stop> {
         let stream = if self.opts.ignore_streams { 0 } else { stream };
         let error = match self.alloc.malloc(size, StreamId(u64::from(stream))) {
             Ok(p) => {
                 self.ptrs[slot] = p;
-                return Ok(());
+                return Ok(false);
             }
             Err(e) => MallocError::of(e, self.backend),
         };
@@ -442,7 +487,7 @@ impl<'t> Run<'t> {
                 if self.opts.stop_at_first_oom {
                     return Err(Stop::Early);
                 }
-                Ok(())
+                Ok(true)
             }
             MallocError::Fatal(source) => Err(Stop::Fatal(line, source)),
         }
