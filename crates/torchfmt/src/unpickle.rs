@@ -756,6 +756,31 @@ mod tests {
     }
 
     #[test]
+    fn elements_appended_to_a_list_not_read_are_dropped_as_one_by_one() {
+        // One entry with two frames: by APPENDS (dropped where they lie) as by two APPENDs.
+        let doc = |frames: &[u8]| {
+            let mut p = b"\x80\x04}(\x8c\x08segments]\x8c\rdevice_traces]](}(".to_vec();
+            p.extend(b"\x8c\x06action\x8c\x05alloc\x8c\x04addrK\x01\x8c\x04sizeM\x00\x02");
+            p.extend(b"\x8c\x06streamK\x00\x8c\x06frames");
+            p.extend(frames);
+            p.extend(b"ueau.");
+            p
+        };
+        let frame = b"}(\x8c\x04name\x8c\x01f\x8c\x04lineK\x07u";
+        let batched = [&b"]("[..], frame, frame, b"e"].concat();
+        let single = [&b"]"[..], frame, b"a", frame, b"a"].concat();
+        let a = read_pickle(&doc(&batched)[..]).unwrap();
+        assert_eq!(a, read_pickle(&doc(&single)[..]).unwrap());
+        assert_eq!(a.device_traces[0].entries[0].size, 512);
+        // A second mark right above the first: nothing below it to append to.
+        let e = err(&doc(&[&b"](("[..], frame, b"e"].concat()));
+        assert!(e.message.contains("stack underflow"), "{e}");
+        // No mark of its own: the entry's mark is taken, and the entry is not a list.
+        let e = err(&doc(&[&b"]"[..], frame, b"e"].concat()));
+        assert!(e.message.contains("to a dict, not a list"), "{e}");
+    }
+
+    #[test]
     fn memo_references_share_strings_and_numbers_read_as_python_reads_them() {
         // pickle.dumps({"segments": [], "device_traces": [[{"action": "alloc", "addr":
         // 2**40, "size": 512, "stream": 0}, {"action": "alloc", "addr": 2**64 - 1,
