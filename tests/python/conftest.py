@@ -100,3 +100,30 @@ def rust_cli():
 
 def have(tool: str) -> bool:
     return shutil.which(tool) is not None
+
+
+def _needs_torch(item: pytest.Item) -> bool:
+    """Whether a test runs real PyTorch: it uses the fake-GPU fixture, or its module runs the
+    torch venv's interpreter itself (the capture and record tests)."""
+    if "torch_on_fakegpu" in getattr(item, "fixturenames", ()):
+        return True
+    module = getattr(item, "module", None)
+    source = getattr(module, "__file__", None)
+    if source is None:
+        return False
+    text = Path(source).read_text(encoding="utf-8")
+    return "TORCH_PYTHON" in text or "TORCH_PY " in text or "torch_on_fakegpu" in text
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "torch: runs real PyTorch (on the fake GPU or the capture runtime)"
+    )
+    config.addinivalue_line("markers", "slow: takes more than a few seconds")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _needs_torch(item):
+            item.add_marker(pytest.mark.torch)
+            item.add_marker(pytest.mark.slow)
