@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # All tests, Rust and Python (the README's test command; .ci/run calls it):
-#   1. cargo test --workspace --release (the release profile, shared with the README's
-#      `cargo run --release` and with maturin's build: one compilation, not two);
+#   1. cargo test --workspace --profile ci (release less LTO, see Cargo.toml and
+#      docs/development.md; the wheel below reuses every crate it compiles);
 #   2. the Python package: the wheel built with maturin, its native module put in place
 #      under python/cachalot/, ruff, then pytest tests/python;
 #   3. the wheel installed in a fresh venv with no Rust toolchain on PATH, running
@@ -9,12 +9,12 @@
 # The venv with maturin/pytest/ruff is set up outside the clone (scripts/python_env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --workspace --release
+cargo test --workspace --profile ci
 
 PY="$(scripts/python_env.sh | tail -n 1)"
 BIN="$(dirname "$PY")"
 rm -f target/wheels/cachalot-*.whl
-"$BIN/maturin" build --release -o target/wheels
+"$BIN/maturin" build --profile ci -o target/wheels
 WHEEL="$(ls target/wheels/cachalot-*.whl)"
 echo "wheel: $WHEEL ($(du -k "$WHEEL" | cut -f1) KiB)"
 "$PY" -m zipfile -e "$WHEEL" target/wheel-unpacked

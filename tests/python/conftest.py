@@ -31,7 +31,7 @@ def rust_binary() -> Path | None:
     """The Rust `cachalot` binary of this checkout, if built (CACHALOT_BIN overrides)."""
     if os.environ.get("CACHALOT_BIN"):
         return Path(os.environ["CACHALOT_BIN"])
-    built = [REPO / "target" / p / "cachalot" for p in ("release", "debug")]
+    built = [REPO / "target" / p / "cachalot" for p in ("ci", "release", "debug")]
     built = [p for p in built if p.exists()]
     # The newer one is this checkout's (the other may be from an earlier commit).
     return max(built, key=lambda p: p.stat().st_mtime, default=None)
