@@ -5,7 +5,9 @@ torch's `CUDAPluggableAllocator` sends `beginAllocateToPool`, `endAllocateToPool
 torch.compile's cudagraph trees call) to three optional hooks; unset, they do nothing and every
 allocation of a capture lands in the ordinary pools. The hooks have C++ types, so they are the
 functions of `graph_pools.cpp`, compiled once per torch build against its own headers (the
-compile checks the hook types) into cachalot's cache folder, never into the package.
+compile checks the hook types) into cachalot's cache folder, never into the package, by the
+one builder of cachalot's first-use libraries (`cachalot.capture.build`: its cache, lock,
+warnings and errors).
 
 torch.utils.cpp_extension gives the compiler, include and library folders and the C++ ABI
 flag; its `load()` itself is not used because it needs ninja, which torch does not install.
@@ -14,19 +16,15 @@ flag; its `load()` itself is not used because it needs ninja, which torch does n
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from cachalot.capture.build import CRT_MISSING, cache_base, crt_include
+from cachalot.capture import build as builder
 
 SOURCE = Path(__file__).with_name("graph_pools.cpp")
 LIBRARY = "libcachalot_graph_pools.so"
+KIND = "graph-pools"  # its folder in cachalot's cache
 HOOKS = (
     ("set_begin_allocate_to_pool", "cachalot_graph_pools_begin"),
     ("set_end_allocate_to_pool_fn", "cachalot_graph_pools_end"),
@@ -40,28 +38,30 @@ _C_FUNCTIONS = (
 )
 
 
-class GraphPoolsError(RuntimeError):
+class GraphPoolsError(builder.BuildError):
     """The hooks could not be built or set; the message says what is missing."""
 
 
 def _needs(what: str) -> GraphPoolsError:
     return GraphPoolsError(
         "cachalot.torch.enable_graph_pools() compiles a small C++ file against torch's headers "
-        f"once (into {cache_base() / 'graph-pools'}) and needs {what}"
+        f"once (into {builder.cache_base() / KIND}) and needs {what}"
     )
 
 
-def _flags() -> tuple[str, list[str]]:
+def _flags(werror: bool = False) -> tuple[str, list[str]]:
     """The compiler and its arguments, from torch.utils.cpp_extension and torch's wheels."""
     import torch
     from torch.utils import cpp_extension
 
-    cxx = cpp_extension.get_cxx_compiler()
-    if not shutil.which(cxx):
-        raise _needs(
-            f"a C++20 compiler: {cxx!r} was not found on PATH (set CXX to use another; "
-            "Debian/Ubuntu: apt-get install g++)"
+    try:
+        cxx = builder.tool(
+            "g++",
+            chosen=cpp_extension.get_cxx_compiler(),
+            what="a C++20 compiler",
         )
+    except builder.BuildError as e:
+        raise GraphPoolsError(str(e)) from None
     includes = cpp_extension.include_paths()
     header = Path(includes[0]) / "torch" / "csrc" / "cuda" / "CUDAPluggableAllocator.h"
     if not header.exists():
@@ -81,12 +81,16 @@ def _flags() -> tuple[str, list[str]]:
             "the CUDA runtime headers torch was built with (cuda_runtime_api.h), found in neither "
             f"{site / 'nvidia'} nor CUDA_HOME"
         )
-    crt = crt_include(site)
+    crt = builder.crt_include(site)
     if crt is None and not (cuda[0] / "crt" / "host_defines.h").exists():
-        raise _needs(CRT_MISSING)
-    args = ["-std=c++20", "-O2", "-fPIC", "-shared"]
+        raise _needs(builder.CRT_MISSING)
+    args = ["-std=c++20", "-O2", "-fPIC", "-shared", *builder.WARNINGS]
+    if werror:
+        args.append("-Werror")
     args.append(f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}")
-    args += [f"-I{d}" for d in [*includes, cuda[0]]]
+    # torch's and CUDA's headers are system headers: the warnings are about our file.
+    for d in [*includes, cuda[0]]:
+        args += ["-isystem", str(d)]
     if crt is not None:
         args += ["-idirafter", str(crt)]  # crt/ only: cuda[0] comes first for the rest
     for d in cpp_extension.library_paths():
@@ -103,32 +107,23 @@ def _key(cxx: str, args: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
+def compile_to(out: Path, werror: bool = False) -> None:
+    """Compiles graph_pools.cpp into the library `out`; a failure is a GraphPoolsError quoting
+    the compiler's output."""
+    cxx, args = _flags(werror)
+    try:
+        builder.run([cxx, *args, str(SOURCE), "-o", str(out), "-lc10"], f"compiling {SOURCE.name}")
+    except builder.BuildError as e:
+        raise GraphPoolsError(str(e)) from None
+
+
 def build() -> Path:
     """The compiled hooks for the torch in this process, built if missing."""
     cxx, args = _flags()
-    out = cache_base() / "graph-pools" / _key(cxx, args) / LIBRARY
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent first uses build once
-        if out.exists():
-            return out
-        fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=out.parent)
-        os.close(fd)
-        try:
-            cmd = [cxx, *args, str(SOURCE), "-o", tmp, "-lc10"]
-            p = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if p.returncode != 0:
-                tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-20:])
-                raise GraphPoolsError(
-                    f"compiling {SOURCE.name} failed (exit {p.returncode}): {' '.join(cmd)}\n{tail}"
-                )
-            os.replace(tmp, out)  # complete or absent, never half-written
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    return out
+    folder = builder.cached(
+        KIND, _key(cxx, args), lambda d: (d / LIBRARY).exists(), lambda d: compile_to(d / LIBRARY)
+    )
+    return folder / LIBRARY
 
 
 def _address(lib: ctypes.CDLL, name: str) -> int:

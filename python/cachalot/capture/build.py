@@ -1,16 +1,21 @@
-"""Compile the capture runtime (a CUDA stack that computes nothing) at first use.
+"""The one builder of cachalot's first-use C/C++ libraries, and the capture runtime it builds.
 
-The sources in ``runtime/`` stand in for libcudart, libcuda, libnvidia-ml,
-cuBLAS, cuBLASLt and cuDNN. They are compiled against the headers of the
-NVIDIA wheels that the user's torch already depends on, into a cache folder
-keyed by the sources and the torch build, so the second capture starts at
-once. Nothing NVIDIA ships is linked or copied: the real libraries are read
-with ``nm -D`` only, for the names of the symbols they export, so that every
-name torch may bind to exists in the fake.
+Two libraries are compiled on the user's machine, once, into cachalot's cache folder (keyed by
+their sources and the torch build, built under a lock into a temporary folder that is renamed
+into place whole, so concurrent first uses build once and a failed build leaves nothing):
 
-The steps follow the team's ``shared/fakegpu/build.sh``; this is our Python
-rendering of them, with the checks a user-facing tool needs (a missing
-compiler or header is an error that says what to install).
+- the capture runtime, ``runtime/`` (a CUDA stack that computes nothing: libcudart, libcuda,
+  libnvidia-ml, cuBLAS, cuBLASLt and cuDNN), compiled against the headers of the NVIDIA wheels
+  the user's torch already depends on. Nothing NVIDIA ships is linked or copied: the real
+  libraries are read with ``nm -D`` only, for the names of the symbols they export, so that
+  every name torch may bind to exists in the fake;
+- the graph-pool hooks, ``graph_pools.cpp`` (``cachalot.graph_pools`` gives its flags).
+
+Everything is compiled with ``-Wall -Wextra``; ``build_runtime(..., werror=True)`` (a test
+runs it) adds ``-Werror``. A missing compiler or header is one error naming what to install.
+
+The runtime's steps follow the team's ``shared/fakegpu/build.sh``; this is our Python
+rendering of them.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 RUNTIME_SRC = Path(__file__).with_name("runtime")
 # The sources (runtime/NAME.cpp) of the libraries written in more than one file; the others
@@ -108,24 +114,39 @@ def find_torch(python: str | None = None) -> TorchLayout:
     return TorchLayout(Path(torch_dir).parent, version)
 
 
-def _tool(name: str, env_var: str | None = None) -> str:
-    chosen = os.environ.get(env_var, name) if env_var else name
+# What to install for each tool the builds run.
+_TOOLS = {
+    "g++": "a C++17 compiler (g++; set CXX to use another)",
+    "gcc": "a C compiler (gcc; set CC to use another)",
+    "nm": "binutils (nm, readelf)",
+    "readelf": "binutils (nm, readelf)",
+}
+
+# Warnings every build turns on (the sources compile clean under them with -Werror).
+WARNINGS = ("-Wall", "-Wextra")
+
+
+def tool(
+    name: str, env_var: str | None = None, chosen: str | None = None, what: str | None = None
+) -> str:
+    """The path of tool `name` (or of `chosen`, or of $`env_var`), else a BuildError naming
+    `what` (default: the tool's package) to install."""
+    chosen = chosen or (os.environ.get(env_var, name) if env_var else name)
     path = shutil.which(chosen)
     if not path:
-        what = {
-            "g++": "a C++17 compiler (g++; set CXX to use another)",
-            "gcc": "a C compiler (gcc; set CC to use another)",
-            "nm": "binutils (nm, readelf)",
-            "readelf": "binutils (nm, readelf)",
-        }.get(name, name)
         raise BuildError(
-            f"cachalot capture compiles its simulated CUDA runtime once, at first use, and needs {what}: "
-            f"{chosen!r} was not found on PATH (Debian/Ubuntu: apt-get install build-essential)"
+            f"cachalot compiles its C/C++ libraries once, at first use, and needs "
+            f"{what or _TOOLS.get(name, name)}: {chosen!r} was not found on PATH "
+            "(Debian/Ubuntu: apt-get install build-essential)"
         )
     return path
 
 
-def _run(cmd: list[str], what: str) -> str:
+_tool = tool
+
+
+def run(cmd: list[str], what: str) -> str:
+    """Runs one build step; a failure is a BuildError quoting the command and its output."""
     p = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if p.returncode != 0:
         tail = (p.stderr or p.stdout).strip().splitlines()[-15:]
@@ -143,7 +164,7 @@ def _check_layout(t: TorchLayout) -> Path:
             f"torch {t.version} at {t.torch_dir} has no libtorch_cuda.so (a CPU-only build): "
             f"capture needs a CUDA build of torch, {SUPPORTED}"
         )
-    needed = _run([_tool("readelf"), "-d", str(cuda_so)], "readelf")
+    needed = run([_tool("readelf"), "-d", str(cuda_so)], "readelf")
     if "libcudart.so.13" not in needed:
         sonames = (
             ", ".join(sorted(set(re.findall(r"\[(libcudart[^\]]*)\]", needed)))) or "no libcudart"
@@ -216,40 +237,64 @@ def build_key(t: TorchLayout) -> str:
     return h.hexdigest()[:16]
 
 
-def ensure_runtime(python: str | None = None, quiet: bool = False) -> Path:
-    """Return the folder holding the built runtime for `python`'s torch, building it if needed."""
-    t = find_torch(python)
-    out = cache_root() / build_key(t)
-    if all((out / lib).exists() for lib in LIBRARIES):
+def cached(
+    kind: str, key: str, ready: Callable[[Path], bool], make: Callable[[Path], None]
+) -> Path:
+    """The folder ``cache_base()/kind/key`` once ``ready`` says it is complete; if it is not,
+    ``make(tmp)`` builds into an empty temporary folder beside it, under a lock (concurrent
+    first uses build once), which is then renamed into place whole: a build is complete or
+    absent, never half-written, and a failed one leaves nothing behind."""
+    out = cache_base() / kind / key
+    if ready(out):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent first captures build once
-        if all((out / lib).exists() for lib in LIBRARIES):
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if ready(out):
             return out
-        crt = _check_layout(t)
-        if not quiet:
-            print(
-                f"cachalot capture: compiling the simulated CUDA runtime for torch {t.version} "
-                f"(once, into {out}) …",
-                file=sys.stderr,
-                flush=True,
-            )
         tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))
         try:
-            _Builder(t, crt, tmp).build_all()
+            make(tmp)
             if out.exists():
                 shutil.rmtree(out)
-            os.rename(tmp, out)  # a complete build appears at once, never half-written
+            os.rename(tmp, out)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
+def build_runtime(t: TorchLayout, out: Path, werror: bool = False) -> None:
+    """Builds the whole capture runtime for torch `t` into the empty folder `out`, with
+    ``-Wall -Wextra`` (and ``-Werror`` if asked)."""
+    crt = _check_layout(t)
+    _Builder(t, crt, out, werror).build_all()
+
+
+def ensure_runtime(python: str | None = None, quiet: bool = False) -> Path:
+    """Return the folder holding the built runtime for `python`'s torch, building it if needed."""
+    t = find_torch(python)
+    key = build_key(t)
+
+    def make(tmp: Path) -> None:
+        if not quiet:
+            print(
+                f"cachalot capture: compiling the simulated CUDA runtime for torch {t.version} "
+                f"(once, into {cache_root() / key}) …",
+                file=sys.stderr,
+                flush=True,
+            )
+        build_runtime(t, tmp)
+
+    return cached(
+        cache_root().name, key, lambda d: all((d / lib).exists() for lib in LIBRARIES), make
+    )
+
+
 class _Builder:
-    def __init__(self, t: TorchLayout, crt: Path, out: Path):
+    def __init__(self, t: TorchLayout, crt: Path, out: Path, werror: bool = False):
         self.t, self.out = t, out
+        self.warn = [*WARNINGS, *(["-Werror"] if werror else [])]
         self.cxx, self.cc = _tool("g++", "CXX"), _tool("gcc", "CC")
         self.nm = _tool("nm")
         shim = out / "crt_shim"
@@ -262,7 +307,7 @@ class _Builder:
             str(shim),
             f"-I{RUNTIME_SRC}",
         ]
-        self.cxxflags = ["-O2", "-fPIC", "-std=c++17", "-w"]
+        self.cxxflags = ["-O2", "-fPIC", "-std=c++17", *self.warn]
 
     def _nm(self, args: list[str], path: Path) -> list[str]:
         p = subprocess.run([self.nm, *args, str(path)], capture_output=True, text=True, check=False)
@@ -299,8 +344,8 @@ class _Builder:
         if cxx:
             cmd = [self.cxx, *self.cxxflags, *self.inc, "-c", str(src), "-o", str(obj)]
         else:
-            cmd = [self.cc, "-O2", "-fPIC", "-w", "-c", str(src), "-o", str(obj)]
-        _run(cmd, f"compiling {src.name}")
+            cmd = [self.cc, "-O2", "-fPIC", *self.warn, "-c", str(src), "-o", str(obj)]
+        run(cmd, f"compiling {src.name}")
 
     def version_script(self, node: str, pattern: str) -> Path:
         p = self.out / f"{node}.map"
@@ -335,7 +380,7 @@ class _Builder:
         return stub_obj
 
     def link(self, name: str, objs: list[Path], extra: list[str]) -> None:
-        _run(
+        run(
             [
                 self.cxx,
                 "-shared",
@@ -377,13 +422,13 @@ class _Builder:
             [f"-Wl,--version-script={s / 'libcudart.map'}", "-Wl,-z,defs"],
         )
         # 2. libnvidia-ml.so.1: c10 dlopens it, expandable segments need it.
-        _run(
+        run(
             [
                 self.cc,
                 "-O2",
                 "-fPIC",
                 "-shared",
-                "-w",
+                *self.warn,
                 "-o",
                 str(o / "libnvidia-ml.so.1"),
                 str(s / "fake_nvml.c"),
@@ -419,13 +464,13 @@ class _Builder:
         ]
         tramp.append("}")
         (o / "fake_libcuda.c").write_text("\n".join(tramp) + "\n")
-        _run(
+        run(
             [
                 self.cc,
                 "-O2",
                 "-fPIC",
                 "-shared",
-                "-w",
+                *self.warn,
                 "-o",
                 str(o / "libcuda.so.1"),
                 str(o / "fake_libcuda.c"),

@@ -150,7 +150,7 @@ std::string plan_json(const Desc* plan) {
 }
 
 // Synthesized read-only attributes. Returns true when handled.
-bool synthesize(Desc* d, int name, cudnnBackendAttributeType_t type, int64_t requested,
+bool synthesize(Desc* d, int name, int64_t requested,
                 int64_t* elementCount, void* out, cudnnStatus_t* st) {
   *st = CUDNN_STATUS_SUCCESS;
   switch (d->type) {
@@ -327,7 +327,7 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const desc,
   Desc* d = D(desc);
   if (!d) return CUDNN_STATUS_BAD_PARAM;
   cudnnStatus_t st;
-  if (synthesize(d, name, type, requested, elementCount, out, &st)) return st;
+  if (synthesize(d, name, requested, elementCount, out, &st)) return st;
   if (const Attr* a = find(d, name)) return emit(*a, type, requested, elementCount, out);
   if (fk::verbose())
     fprintf(stderr, "[fake_cudnn] GetAttribute of unset attribute %d on %s descriptor -> 0 elements\n",

@@ -1,0 +1,85 @@
+"""The one builder of cachalot's first-use C/C++ libraries (cachalot.capture.build): the whole
+capture runtime and the graph-pool hooks compile with -Wall -Wextra -Werror against torch's
+own NVIDIA headers (so CI builds them with warnings as errors), and the cache folder a build
+fills is complete or absent."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+
+import pytest
+
+from cachalot.capture import build
+from conftest import PACKAGE_ROOT, TORCH_PYTHON, package_env
+
+
+def _torch_layout() -> build.TorchLayout:
+    """torch's layout in the torch venv, or a skip saying why the headers are not there."""
+    if not TORCH_PYTHON.exists():
+        pytest.skip(f"no torch venv at {TORCH_PYTHON} (scripts/python_env.sh --torch makes it)")
+    try:
+        t = build.find_torch(str(TORCH_PYTHON))
+    except build.BuildError as e:
+        pytest.skip(f"torch is not installed for {TORCH_PYTHON}: {e}")
+    if not (t.cuda_include / "cuda.h").exists() or not (t.cudnn_include / "cudnn.h").exists():
+        pytest.skip(f"torch {t.version} comes without its NVIDIA headers (a CPU or ROCm build)")
+    return t
+
+
+def test_the_whole_runtime_builds_with_warnings_as_errors(tmp_path):
+    t = _torch_layout()
+    build.build_runtime(t, tmp_path, werror=True)
+    for lib in build.LIBRARIES:
+        so = tmp_path / lib
+        assert so.stat().st_size > 0, lib
+        # Each library exports what the capture binds to it, so the link did what it should.
+        nm = ["nm", "-D", "--defined-only", str(so)]
+        syms = subprocess.run(nm, check=True, capture_output=True, text=True)
+        prefix = {"libnvidia-ml.so.1": " nvml", "libcuda.so.1": " cuInit"}.get(lib, " cu")
+        assert prefix in syms.stdout, lib
+
+
+def test_a_warning_is_an_error_under_werror(tmp_path, monkeypatch):
+    """-Werror reaches the compiler: a source with an unused variable fails to build, with the
+    compiler's message in the error, and the folder a cached build would fill stays absent."""
+    t = _torch_layout()
+    src = tmp_path / "runtime"
+    src.mkdir()
+    for f in build.RUNTIME_SRC.iterdir():
+        (src / f.name).write_bytes(f.read_bytes())
+    first = src / "fake_cudart.cpp"  # the first source the build compiles
+    first.write_text(first.read_text() + '\nextern "C" int fk_warn() { int unused; return 0; }\n')
+    monkeypatch.setattr(build, "RUNTIME_SRC", src)
+    monkeypatch.setenv("CACHALOT_CACHE", str(tmp_path / "cache"))
+
+    def make(out):
+        build.build_runtime(t, out, werror=True)
+
+    with pytest.raises(build.BuildError, match="unused variable"):
+        build.cached("capture-runtime", "k", lambda d: (d / "libcudart.so.13").exists(), make)
+    assert not (tmp_path / "cache" / "capture-runtime" / "k").exists()
+    assert not list((tmp_path / "cache" / "capture-runtime").glob(".build-*"))
+
+
+def test_the_graph_pool_hooks_build_with_warnings_as_errors(tmp_path):
+    _torch_layout()
+    code = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from cachalot import graph_pools
+        graph_pools.compile_to(Path({str(tmp_path / "hooks.so")!r}), werror=True)
+        """
+    )
+    p = subprocess.run(
+        [str(TORCH_PYTHON), "-c", code],
+        env=package_env(),
+        cwd=PACKAGE_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    nm = ["nm", "-D", str(tmp_path / "hooks.so")]
+    syms = subprocess.run(nm, check=True, capture_output=True, text=True)
+    assert "cachalot_graph_pools_bind" in syms.stdout
