@@ -7,14 +7,18 @@
 // constructor and type information are looked up at run time in the libc10.so that the
 // process has loaded, and the exception is thrown through the Itanium C++ ABI.
 //
-// Nothing here is called unless libc10.so is loaded (cachalot_host_can_throw), so a C program
-// that uses the library never sees an exception.
+// Nothing is thrown unless libc10.so is loaded and the code that called into this library is
+// torch's own (cachalot_host_can_throw): a C program, or Python's ctypes in a process that has
+// imported torch, gets NULL and cachalot_last_error(), as the header promises. An exception
+// thrown at a caller without a C++ handler (ctypes, a C frame) would end in std::terminate.
 
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <unwind.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -58,6 +62,46 @@ void* c10_symbol(const char* name) {
   return s;
 }
 
+// Whether `path` names one of torch's libraries (libtorch*.so*, libc10*.so*), whose frames
+// catch c10::Error and turn it into a Python exception.
+bool is_torch_library(const char* path) {
+  if (path == nullptr) return false;
+  const char* slash = std::strrchr(path, '/');
+  const char* name = slash != nullptr ? slash + 1 : path;
+  return std::strncmp(name, "libtorch", 8) == 0 || std::strncmp(name, "libc10", 6) == 0;
+}
+
+// The walk up the stack: frames inside this library are skipped; the first one outside it
+// is the caller, and the verdict is whether it is torch's.
+struct CallerWalk {
+  const void* self_base;  // where this library is loaded
+  int frames_left;        // a bound, in case the unwinder loops
+  bool torch_called;
+};
+
+_Unwind_Reason_Code visit_frame(struct _Unwind_Context* context, void* arg) {
+  auto* walk = static_cast<CallerWalk*>(arg);
+  if (--walk->frames_left < 0) return _URC_END_OF_STACK;
+  uintptr_t ip = _Unwind_GetIP(context);
+  if (ip == 0) return _URC_NO_REASON;
+  Dl_info info{};
+  // ip - 1: the return address may be the first byte of the next function.
+  if (dladdr(reinterpret_cast<void*>(ip - 1), &info) == 0) return _URC_END_OF_STACK;
+  if (info.dli_fbase == walk->self_base) return _URC_NO_REASON;
+  walk->torch_called = is_torch_library(info.dli_fname);
+  return _URC_END_OF_STACK;
+}
+
+// Whether the nearest frame outside this library belongs to torch (CUDAPluggableAllocator
+// calling cachalot_malloc), rather than a C program or ctypes.
+bool called_by_torch() {
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&called_by_torch), &self) == 0) return false;
+  CallerWalk walk{self.dli_fbase, 256, false};
+  _Unwind_Backtrace(visit_frame, &walk);
+  return walk.torch_called;
+}
+
 void destroy(void* object) {
   // c10::Error derives from std::exception alone, so the object starts with its vtable
   // pointer and the virtual destructor runs the most-derived destructor.
@@ -80,9 +124,16 @@ void destroy(void* object) {
 
 extern "C" {
 
-// Whether the process has torch's libc10 loaded, so a C++ caller that understands c10::Error
-// called us.
-bool cachalot_host_can_throw() { return c10_symbol(kErrorType) != nullptr; }
+// Whether a failure may be thrown as torch's exception: the process has torch's libc10
+// loaded, and torch's code called into this library (so a handler waits for c10::Error).
+// Never throws itself.
+bool cachalot_host_can_throw() noexcept {
+  try {
+    return c10_symbol(kErrorType) != nullptr && called_by_torch();
+  } catch (...) {
+    return false;
+  }
+}
 
 // Throws torch's exception for `msg`: c10::OutOfMemoryError when `out_of_memory` (so torch
 // raises torch.OutOfMemoryError), else c10::Error (RuntimeError). Where torch's symbols

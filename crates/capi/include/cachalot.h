@@ -35,7 +35,10 @@ extern "C" {
 typedef struct CUstream_st *cachalot_stream_t;
 
 /* Allocates `size` bytes on device `device` for use on `stream`. Returns NULL for size 0 and
- * on failure; on out-of-memory torch's message goes to stderr and cachalot_last_error(). */
+ * on failure; on out-of-memory torch's message goes to stderr and cachalot_last_error().
+ * Only when torch's own code (libtorch*, libc10*) made the call is a failure thrown instead,
+ * as c10::OutOfMemoryError / c10::Error (what torch's CUDAPluggableAllocator needs); any
+ * other caller, also in a process that has loaded torch (C, C++, ctypes), gets NULL. */
 void *cachalot_malloc(size_t size, int device, cachalot_stream_t stream);
 
 /* Frees `ptr` from cachalot_malloc. `size` and `stream` are ignored (the allocator knows
@@ -54,7 +57,8 @@ void cachalot_reset(void);
 /* set_memory_fraction_fn: torch.cuda.set_per_process_memory_fraction(fraction, device). */
 void cachalot_set_memory_fraction(double fraction, int device);
 
-/* set_record_stream_fn: Tensor.record_stream(stream); `ptr` is also used on `stream`. */
+/* set_record_stream_fn: Tensor.record_stream(stream); `ptr` is also used on `stream`. NULL (an
+ * empty tensor) is a no-op, as in torch. */
 void cachalot_record_stream(void *ptr, cachalot_stream_t stream);
 
 /* Private pools (CUDA-graph capture, torch.cuda.MemPool): torch's pluggable hooks
@@ -85,9 +89,10 @@ int cachalot_pool_use_count(int device, uint64_t first, uint64_t second);
  * Each call is one device allocation of exactly `size` bytes (a segment of torch's pool), freed
  * at once by cachalot_segment_free; nothing is cached or split here, and these segments are
  * apart from cachalot_malloc's. Out of memory returns NULL (torch frees its cache, retries and
- * raises its own OutOfMemoryError); any other failure raises RuntimeError inside PyTorch and
- * is NULL elsewhere, with the reason in cachalot_last_error(). A pointer it did not hand out
- * is reported and counted (cachalot_unknown_frees), not fatal. */
+ * raises its own OutOfMemoryError); any other failure raises RuntimeError when torch's own
+ * code made the call and is NULL for any other caller, with the reason in
+ * cachalot_last_error(). A pointer it did not hand out is reported and counted
+ * (cachalot_unknown_frees), not fatal. */
 void *cachalot_segment_malloc(size_t size, int device, cachalot_stream_t stream);
 void cachalot_segment_free(void *ptr, size_t size, int device, cachalot_stream_t stream);
 /* What torch holds from cachalot_segment_malloc on `device`, as cachalot_memory_stats_json's

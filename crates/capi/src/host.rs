@@ -1,10 +1,12 @@
 //! Raising torch's exceptions from `cachalot_malloc` (the C++ side is `cpp/throw.cpp`).
 //!
 //! torch's `CUDAPluggableAllocator` uses whatever the allocation function returns; only a C++
-//! exception stops it. Inside a process that has torch's `libc10` loaded, a failed allocation
-//! throws `c10::OutOfMemoryError` (out of memory: `torch.OutOfMemoryError` in Python) or
-//! `c10::Error` (anything else: `RuntimeError`), as torch's own allocator does. Elsewhere (a C
-//! program) the function returns NULL and the error is in `cachalot_last_error`.
+//! exception stops it. When torch's own code made the call (the nearest frame outside this
+//! library is in `libtorch*`/`libc10*`, and `libc10` is loaded), a failed allocation throws
+//! `c10::OutOfMemoryError` (out of memory: `torch.OutOfMemoryError` in Python) or `c10::Error`
+//! (anything else: `RuntimeError`), as torch's own allocator does. Any other caller (a C
+//! program, Python's ctypes in a process that imported torch) gets NULL and the error in
+//! `cachalot_last_error`: an exception has no handler there and would abort the host.
 
 use std::ffi::{CString, c_char};
 
@@ -15,7 +17,8 @@ unsafe extern "C-unwind" {
     fn cachalot_host_throw(out_of_memory: bool, msg: *const c_char) -> !;
 }
 
-/// Whether a failure can be raised as torch's C++ exception (libc10 is loaded).
+/// Whether a failure can be raised as torch's C++ exception: libc10 is loaded and torch's code
+/// called into this library. Call it from the entry point's own call chain (it walks the stack).
 pub fn can_throw() -> bool {
     // SAFETY: takes no arguments; only looks symbols up with dlsym/dlopen(RTLD_NOLOAD).
     unsafe { cachalot_host_can_throw() }

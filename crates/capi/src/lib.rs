@@ -20,9 +20,11 @@
 //!
 //! Every entry point catches panics (none crosses into C) and reports failures on stderr (best
 //! effort: a closed or full stderr loses only the message) and through [`cachalot_last_error`],
-//! never by aborting, also on a thread that is exiting (see `report`). Inside PyTorch a failed
-//! [`cachalot_malloc`] throws torch's own exception instead of returning NULL (see `host`). A free of a pointer the library did not
-//! hand out is reported and counted ([`cachalot_unknown_frees`]), not fatal. Configuration,
+//! never by aborting, also on a thread that is exiting (see `report`). Called by PyTorch's
+//! allocator, a failed [`cachalot_malloc`] throws torch's own exception instead of returning
+//! NULL (see `host`); any other caller, also in a process with torch loaded, gets NULL. A free
+//! of a pointer the library did not hand out is reported and counted
+//! ([`cachalot_unknown_frees`]), not fatal. Configuration,
 //! device choice and sizes come from the environment (see the `state` module).
 
 // This crate and `cachalot-cuda` are the only places cachalot touches C. Here the `unsafe` is
@@ -75,9 +77,10 @@ fn stream(s: *mut c_void) -> StreamId {
 
 /// Allocates `size` bytes on `device` for use on `stream` (`cudaStream_t`). Size 0 gives
 /// NULL. On failure (out of memory: torch's message; a device that cannot be opened: why),
-/// inside PyTorch it throws `c10::OutOfMemoryError` / `c10::Error`, which torch raises as
-/// `torch.OutOfMemoryError` / `RuntimeError`; elsewhere it returns NULL. The reason is always
-/// in [`cachalot_last_error`]; an OOM's text is printed only where it is not raised.
+/// called by PyTorch's allocator it throws `c10::OutOfMemoryError` / `c10::Error`, which torch
+/// raises as `torch.OutOfMemoryError` / `RuntimeError`; called by anything else (C, ctypes)
+/// it returns NULL. The reason is always in [`cachalot_last_error`]; an OOM's text is printed
+/// only where it is not raised.
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn cachalot_malloc(
     size: usize,
@@ -98,8 +101,8 @@ pub extern "C-unwind" fn cachalot_malloc(
 /// How an allocating entry point that failed tells its caller. The message may be empty
 /// when the reason is this thread's last error already.
 pub(crate) enum Failed {
-    /// Inside PyTorch, raised as `c10::OutOfMemoryError` (`out_of_memory`) or `c10::Error`;
-    /// elsewhere NULL, the message printed.
+    /// Called by PyTorch's allocator, raised as `c10::OutOfMemoryError` (`out_of_memory`) or
+    /// `c10::Error`; for any other caller NULL, the message printed.
     Raise { out_of_memory: bool, msg: String },
     /// NULL everywhere, the message not printed (a MemPool allocator's NULL is torch's cue
     /// to free its cache and retry).
@@ -249,11 +252,15 @@ pub extern "C" fn cachalot_set_memory_fraction(fraction: c_double, device_index:
 }
 
 /// torch's record-stream hook (`set_record_stream_fn`, `Tensor.record_stream`): the memory at
-/// `ptr` is also used on `stream`.
+/// `ptr` is also used on `stream`. NULL (an empty tensor's storage) is a no-op, as in torch.
 #[unsafe(no_mangle)]
 pub extern "C" fn cachalot_record_stream(ptr: *mut c_void, s: *mut c_void) {
     guard("cachalot_record_stream", (), || {
         let p = ptr as usize as u64;
+        if p == 0 {
+            // torch's allocator returns at once for a null pointer: no block, nothing to do.
+            return;
+        }
         let Ok(g) = Global::get() else { return };
         // Addresses are unique across devices (CUDA's unified addressing; distinct ranges on
         // the simulator), so the device that knows the pointer is the one.

@@ -18,8 +18,8 @@
 //!
 //! Out of memory returns NULL, which torch reads as a failed `cudaMalloc`: it frees what it
 //! can, retries, and raises its own `torch.OutOfMemoryError`. Any other failure (a device that
-//! cannot be opened) is raised inside PyTorch as `RuntimeError`, as torch raises a CUDA error
-//! that is not about memory, and is NULL elsewhere; the reason is in `cachalot_last_error`.
+//! cannot be opened) is raised as `RuntimeError` when torch's allocator made the call, as torch
+//! raises a CUDA error that is not about memory, and is NULL for any other caller; the reason is in `cachalot_last_error`.
 
 use std::ffi::{c_char, c_int, c_void};
 

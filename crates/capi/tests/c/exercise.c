@@ -110,6 +110,10 @@ int main(int argc, char **argv) {
   CHECK(cachalot_unknown_frees() == 3);
   cachalot_record_stream((void *)0x1234, stream_of(8));
   CHECK(strstr(cachalot_last_error(), "not an allocation") != NULL);
+  /* NULL (an empty tensor's storage) is no allocation and no error, as in torch: the last
+   * error is still the one above. */
+  cachalot_record_stream(NULL, stream_of(8));
+  CHECK(strstr(cachalot_last_error(), "0x1234") != NULL);
 
   print_stats("STATS0", 0);
   print_stats("STATS1", 1);
