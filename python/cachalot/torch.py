@@ -18,6 +18,11 @@ cachalot's memory to the pools instead:
     pool = torch.cuda.MemPool(cachalot.torch.mempool_allocator().allocator())
     with torch.cuda.use_mem_pool(pool): ...           # torch caches and splits in the pool
     cachalot.torch.mempool_allocator_stats()          # what torch holds from cachalot
+
+Errors are `cachalot.CachalotError`s: a bad argument (a device index that is not a device, a
+filename with a NUL byte) is an `ArgumentError`, also a `ValueError`; what the allocator cannot
+do in this state (use() after CUDA started, the library failing) is an `AllocatorError`, also a
+`RuntimeError`. Out of memory stays torch's `torch.OutOfMemoryError`.
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ import ctypes
 import json
 import os
 import pickle
-import sys
 import tempfile
 import threading
 from typing import Any
@@ -35,8 +39,11 @@ from typing import Any
 import torch as _torch
 
 from cachalot import _native
+from cachalot._native import CachalotError
 
 __all__ = [
+    "AllocatorError",
+    "ArgumentError",
     "dump_snapshot",
     "enable_graph_pools",
     "is_used",
@@ -61,6 +68,16 @@ _used: dict[str, Any] = {}
 _allocator: list[Any] = []  # the CUDAPluggableAllocator use() made
 _mempool: dict[str, Any] = {}
 _DEVICES = ("cuda", "sim")
+_HISTORY = (None, "state", "all")
+
+
+class ArgumentError(CachalotError, ValueError):
+    """An argument these functions cannot take; the message quotes it and says what is valid."""
+
+
+class AllocatorError(CachalotError, RuntimeError):
+    """What cachalot's allocator cannot do now (the call is valid, the state or the library
+    refuses it); the message says why."""
 
 
 def _library() -> ctypes.CDLL:
@@ -96,6 +113,12 @@ def _error() -> str:
     return (_lib.cachalot_last_error() or b"").decode(errors="replace")
 
 
+def _device_kind(device: Any) -> str:
+    if device not in _DEVICES:
+        raise ArgumentError(f"device={device!r}: expected one of {', '.join(map(repr, _DEVICES))}")
+    return device
+
+
 def use(conf: str | None = None, device: str = "cuda") -> None:
     """Makes cachalot PyTorch's CUDA allocator. Call it before the first CUDA allocation.
 
@@ -104,23 +127,24 @@ def use(conf: str | None = None, device: str = "cuda") -> None:
     its size from CACHALOT_SIM_CAPACITY, e.g. "80G"; for tests without a GPU).
     A bad configuration raises here (cachalot.ConfigError); a driver that cannot be used
     raises at the first allocation, with the reason."""
-    if device not in _DEVICES:
-        raise ValueError(f"device={device!r}: expected one of {', '.join(_DEVICES)}")
+    _device_kind(device)
+    if conf is not None and not isinstance(conf, str):
+        raise ArgumentError(f"conf={conf!r}: expected a PYTORCH_CUDA_ALLOC_CONF string or None")
     with _lock:
         if _used:
             if _used == {"conf": conf, "device": device}:
                 return
-            raise RuntimeError(
+            raise AllocatorError(
                 f"cachalot.torch.use() was already called with {_used}; the allocator cannot "
                 "change once in use"
             )
         if _mempool:
-            raise RuntimeError(
+            raise AllocatorError(
                 "mempool_allocator() gave cachalot's memory to torch's MemPools, which torch 2.15 "
                 "refuses under a pluggable process allocator; use() cannot follow it"
             )
         if _torch.cuda.is_initialized():
-            raise RuntimeError(
+            raise AllocatorError(
                 "cachalot.torch.use() must be called before the first CUDA allocation: CUDA is "
                 "already initialized in this process, and torch cannot swap an allocator that "
                 "is in use. Call it at the start of the program (or use `cachalot record`)."
@@ -144,7 +168,7 @@ def use(conf: str | None = None, device: str = "cuda") -> None:
         _allocator.append(alloc)
         # Starts the library now, so that a bad environment is reported here, once.
         if _lib.cachalot_backend() is None:
-            raise RuntimeError(f"cachalot could not start: {_error()}")
+            raise AllocatorError(f"cachalot could not start: {_error()}")
         _used.update(conf=conf, device=device)
 
 
@@ -163,7 +187,7 @@ def enable_graph_pools(allocator: Any = None, library: str | None = None) -> Non
 
     if allocator is None:
         if not _allocator:
-            raise RuntimeError(
+            raise AllocatorError(
                 "enable_graph_pools(): call cachalot.torch.use() first, or pass the "
                 "CUDAPluggableAllocator that loads cachalot"
             )
@@ -183,11 +207,10 @@ def mempool_allocator(device: str = "cuda") -> Any:
     device: as in `use()` ("cuda", or "sim" for cachalot's simulated GPU). The same object is
     returned each time. Not with `use()`: torch refuses MemPools under a pluggable process
     allocator."""
-    if device not in _DEVICES:
-        raise ValueError(f"device={device!r}: expected one of {', '.join(_DEVICES)}")
+    _device_kind(device)
     with _lock:
         if _used:
-            raise RuntimeError(
+            raise AllocatorError(
                 "cachalot.torch.use() made cachalot the process's allocator, and torch 2.15 "
                 'refuses torch.cuda.MemPool() under a pluggable allocator ("pluggable does not '
                 "yet support createOrIncrefPool\"). For MemPools keep torch's own allocator and "
@@ -195,7 +218,7 @@ def mempool_allocator(device: str = "cuda") -> Any:
             )
         if _mempool:
             if _mempool["device"] != device:
-                raise RuntimeError(
+                raise AllocatorError(
                     f"mempool_allocator() was already called with device={_mempool['device']!r}"
                 )
             return _mempool["allocator"]
@@ -203,9 +226,9 @@ def mempool_allocator(device: str = "cuda") -> Any:
         os.environ["CACHALOT_DEVICE"] = device
         kind = _lib.cachalot_device_kind()
         if kind is None:
-            raise RuntimeError(f"cachalot could not start: {_error()}")
+            raise AllocatorError(f"cachalot could not start: {_error()}")
         if kind.decode() != device:
-            raise RuntimeError(
+            raise AllocatorError(
                 f"cachalot's library already started with device={kind.decode()!r} in this "
                 f"process; it cannot also serve device={device!r}"
             )
@@ -223,7 +246,7 @@ def mempool_allocator_stats(device: Any = None) -> dict[str, Any]:
     holds from cachalot; `num_device_alloc`/`num_device_free` count the device calls."""
     raw = _lib.cachalot_segment_stats_json(_index(device))
     if raw is None:
-        raise RuntimeError(_error())
+        raise AllocatorError(_error())
     return collections.OrderedDict(sorted(json.loads(raw).items()))
 
 
@@ -233,21 +256,34 @@ def is_used() -> bool:
 
 
 def _index(device: Any = None) -> int:
+    """The CUDA device index `device` means (None: the current device), as torch reads it;
+    ArgumentError for anything that is not one of this process's devices."""
     if device is None:
         return _torch.cuda.current_device()
-    if isinstance(device, int):
-        return device
-    d = _torch.device(device)
-    if d.type != "cuda":
-        raise ValueError(f"Expected a cuda device, but got: {d}")
-    return _torch.cuda.current_device() if d.index is None else d.index
+    if isinstance(device, int) and not isinstance(device, bool):
+        index = device
+    else:
+        try:
+            d = _torch.device(device)
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise ArgumentError(f"device={device!r}: not a device ({e})") from None
+        if d.type != "cuda":
+            raise ArgumentError(f"device={device!r}: expected a cuda device, but got: {d}")
+        if d.index is None:
+            return _torch.cuda.current_device()
+        index = d.index
+    count = _torch.cuda.device_count()
+    if not 0 <= index < count:
+        valid = f"0..{count - 1}" if count else "none: torch sees no CUDA device"
+        raise ArgumentError(f"device={device!r}: not a CUDA device index (valid: {valid})")
+    return index
 
 
 def memory_stats(device: Any = None) -> dict[str, Any]:
     """`torch.cuda.memory_stats(device)`: the flat keys, sorted, as an OrderedDict."""
     raw = _lib.cachalot_memory_stats_json(_index(device))
     if raw is None:
-        raise RuntimeError(_error())
+        raise AllocatorError(_error())
     return collections.OrderedDict(sorted(json.loads(raw).items()))
 
 
@@ -279,7 +315,7 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
     """`torch.cuda.memory_summary(device)`: torch's table (always the full one)."""
     raw = _lib.cachalot_memory_summary(_index(device))
     if raw is None:
-        raise RuntimeError(_error())
+        raise AllocatorError(_error())
     return raw.decode()
 
 
@@ -287,21 +323,38 @@ def record_memory_history(
     enabled: str | None = "all",
     context: str | None = "all",
     stacks: str = "all",
-    max_entries: int = sys.maxsize,
+    max_entries: int = 2**63 - 1,
     device: Any = None,
 ) -> None:
     """`torch.cuda.memory._record_memory_history`: history on every device (cachalot keeps
     no stack traces: `context` and `stacks` are accepted and not used); None stops it."""
+    if enabled not in _HISTORY:
+        raise ArgumentError(f"enabled={enabled!r}: expected one of {_HISTORY}")
+    if not isinstance(max_entries, int) or isinstance(max_entries, bool) or max_entries < 0:
+        raise ArgumentError(f"max_entries={max_entries!r}: expected a non-negative integer")
+    if device is not None:
+        _index(device)
     entries = 0 if enabled is None else min(max_entries, 2**63 - 1)
     if _lib.cachalot_record_history(entries) != 0:
-        raise RuntimeError(_error())
+        raise AllocatorError(_error())
 
 
 def dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
     """`torch.cuda.memory._dump_snapshot(filename)`: a pickle memory_viz opens."""
-    rc = _lib.cachalot_dump_snapshot(os.fsencode(filename))
+    try:
+        path = os.fsencode(filename)
+    except TypeError:
+        raise ArgumentError(
+            f"filename={filename!r}: expected a path (str, bytes or os.PathLike)"
+        ) from None
+    if b"\0" in path:
+        # The C call would see only what comes before it, and write there.
+        raise ArgumentError(f"filename={filename!r}: a path cannot contain a NUL byte")
+    if not path:
+        raise ArgumentError("filename='': expected the path of the file to write")
+    rc = _lib.cachalot_dump_snapshot(path)
     if rc != 0:
-        raise RuntimeError(_error())
+        raise AllocatorError(_error())
 
 
 def snapshot() -> dict[str, Any]:
