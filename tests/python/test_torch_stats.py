@@ -1,0 +1,97 @@
+"""cachalot's statistics against torch's own allocator, operation by operation, on one
+deterministic workload in real PyTorch 2.15 on the fake GPU (issue #28 item 13):
+roundup_power2_divisions:4, allocations of every size class (10 MiB ones among them) on the
+default and a side stream, record_stream, frees, empty_cache, memory fractions, peak resets and
+out-of-memory on a 1 GiB device.
+Every one of torch's memory_stats() keys must agree after every operation."""
+
+import json
+import textwrap
+
+import pytest
+
+WORKLOAD = textwrap.dedent(
+    """
+    import json, random, sys
+    import torch
+    allocator, seed, n, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    if allocator == "cachalot":
+        import cachalot.torch as ct
+        ct.use(device="sim")
+        stats, reset_peak = ct.memory_stats, ct.reset_peak_memory_stats
+    else:
+        stats, reset_peak = torch.cuda.memory_stats, torch.cuda.reset_peak_memory_stats
+    MiB = 1 << 20
+    rng = random.Random(seed)
+    side = torch.cuda.Stream()
+    live, rows = [], []
+    for i in range(n):
+        r = rng.random()
+        if r < 0.55 or not live:
+            k = rng.random()
+            if k < 0.4:
+                size = rng.randint(1, MiB)
+            elif k < 0.8:
+                size = rng.randint(MiB, 12 * MiB)
+            else:
+                size = rng.randint(12 * MiB, 80 * MiB)
+            if rng.random() < 0.1:
+                size = 10 * MiB
+            on_side = rng.random() < 0.3
+            try:
+                with torch.cuda.stream(side if on_side else torch.cuda.default_stream()):
+                    live.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+                op = ["alloc", size, on_side]
+            except torch.OutOfMemoryError:
+                op = ["oom", size, on_side]
+        elif r < 0.62:
+            j = rng.randrange(len(live))
+            live[j].record_stream(side)
+            op = ["record_stream", j]
+        elif r < 0.97:
+            j = rng.randrange(len(live))
+            del live[j]
+            op = ["free", j]
+        elif r < 0.98:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            op = ["empty_cache"]
+        elif r < 0.99:
+            fraction = rng.choice([0.4, 0.7, 1.0])
+            torch.cuda.set_per_process_memory_fraction(fraction)
+            op = ["memory_fraction", fraction]
+        else:
+            reset_peak()
+            op = ["reset_peak"]
+        rows.append([op, dict(stats())])
+    with open(out, "w") as f:
+        json.dump(rows, f)
+    """
+)
+
+ENV = {
+    "PYTORCH_CUDA_ALLOC_CONF": "roundup_power2_divisions:4",
+    "CACHALOT_SIM_CAPACITY": "1G",
+    "FAKE_CUDA_CAPACITY": "1G",
+}
+
+
+@pytest.mark.parametrize("seed", [1])
+def test_every_statistic_after_every_operation_is_torchs(torch_on_fakegpu, tmp_path, seed):
+    runs = {}
+    for allocator in ("cachalot", "torch"):
+        out = tmp_path / f"{allocator}.json"
+        torch_on_fakegpu(["-c", WORKLOAD, allocator, seed, 1500, out], env=ENV)
+        runs[allocator] = json.loads(out.read_text())
+    ours, torchs = runs["cachalot"], runs["torch"]
+    assert [op for op, _ in ours] == [op for op, _ in torchs]
+    ops = [op[0] for op, _ in torchs]
+    # The workload reaches what it is for: OOMs, side-stream 10 MiB blocks, record_stream.
+    assert ops.count("oom") > 50 and ops.count("record_stream") > 50
+    assert ops.count("memory_fraction") > 5 and ops.count("reset_peak") > 5
+    assert any(op[:3] == ["alloc", 10 << 20, True] for op, _ in torchs)
+    assert max(s["inactive_split.all.peak"] for _, s in torchs) > 5
+    for i, ((op, a), (_, b)) in enumerate(zip(ours, torchs)):
+        assert len(b) == 123
+        diff = {k: (a.get(k), v) for k, v in b.items() if a.get(k) != v}
+        assert not diff, (i, op, diff)
