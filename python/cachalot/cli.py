@@ -12,6 +12,7 @@ function takes the arguments after the subcommand's name and returns the exit st
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Callable
@@ -40,6 +41,10 @@ def _rust(argv: Sequence[str]) -> int:
     # The Rust side writes to the process's file descriptors; what Python buffered goes first.
     sys.stdout.flush()
     sys.stderr.flush()
+    # Python's Ctrl-C handler cannot run until the Rust call returns (a `tune` of minutes, a
+    # FIFO with no writer): as for the Rust binary, Ctrl-C ends the command at once (its
+    # writes replace files only once complete, so nothing is half-written).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     return _native.cli_main(["cachalot", *argv])
 
 

@@ -9,6 +9,7 @@
 //!   "cachalot_malloc", "cachalot_free")` needs no second library.
 
 mod api;
+mod output;
 
 use pyo3::prelude::*;
 
@@ -65,6 +66,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(api::convert, m)?)?;
     m.add_function(wrap_pyfunction!(api::parse_config, m)?)?;
     m.add_function(wrap_pyfunction!(api::parse_size, m)?)?;
+    m.add_function(wrap_pyfunction!(output::write_output, m)?)?;
+    m.add_function(wrap_pyfunction!(output::check_output, m)?)?;
     let py = m.py();
     m.add("CachalotError", py.get_type::<api::CachalotError>())?;
     m.add("ConfigError", py.get_type::<api::ConfigError>())?;

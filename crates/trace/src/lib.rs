@@ -32,9 +32,9 @@
 //! ```
 #![forbid(unsafe_code)]
 
-pub mod atomic;
 pub mod error;
 pub mod ids;
+pub mod output;
 mod pool_rows;
 pub mod rmm;
 pub mod seal;
@@ -44,9 +44,9 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
-pub use atomic::write_atomic;
 pub use error::TraceError;
 pub use ids::{IdName, IdTable, PtrId, StreamKey};
+pub use output::{Target, check_output, write_atomic, write_output};
 pub use rmm::{Columns, Event, Record, RmmReader, open};
 pub use seal::seal_csv;
 pub use splitmix::SplitMix64;
