@@ -1,11 +1,17 @@
 """Recording torch's allocation history into a snapshot, for `cachalot record` and
 `cachalot.recording()`.
 
-This file imports nothing from cachalot: `cachalot record` loads it by path into the user's
-script's interpreter (through `_boot/sitecustomize.py`), which may not have cachalot's native
-module. It uses only torch's public memory-history API.
+This file imports no other module of cachalot: `cachalot record` loads it by path into the user's
+script's interpreter (through `_boot/sitecustomize.py`), where `cachalot` may not be importable;
+it loads the native module beside it by path, for the one writer every cachalot file goes
+through (`_native.write_output`: a regular file replaced atomically once complete, a device or
+FIFO written through, a symlink kept). It uses only torch's public memory-history API.
 
-The snapshot is written atomically (a temporary file in the same folder, then a rename):
+Recordings compose: the first to start turns torch's history on (with its settings), the
+others join it, and it is turned off only when the last one stops. The state is kept on the
+torch module, so a `cachalot.recording()` inside `cachalot record` shares it.
+
+The snapshot is written:
 - when recording stops (the end of the `with` block, or the script's exit, also when it raised);
 - at the first out-of-memory (torch's OOM observer), to `<name>-oom.pickle` beside it, so that
   `cachalot explain` sees the state at the moment memory ran out.
@@ -15,34 +21,49 @@ Next to the snapshot, `<name>.device.json` says what the device was (capacity, n
 
 from __future__ import annotations
 
+import glob
+import importlib.machinery
+import importlib.util
 import json
 import os
 import pickle
 import shlex
+import signal
 import sys
-import tempfile
 from typing import Any
 
 DEFAULT_MAX_ENTRIES = 100_000
+MAX_ENTRIES_LIMIT = 1_000_000_000  # torch keeps each entry with its stack: more cannot fit
 CONTEXTS = ("all", "alloc", "state", "none")
 STACKS = ("python", "all")
+_SHARED = "_cachalot_recordings"  # attribute of the torch module: the active recorders
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".cachalot-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+def native() -> Any:
+    """cachalot's native module: the one already imported, or the one beside this file."""
+    mod = sys.modules.get("cachalot._native")
+    if mod is not None:
+        return mod
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = sorted(glob.glob(os.path.join(here, "_native*.so")))
+    if not found:
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+            from cachalot import _native  # an installed package keeps it elsewhere
+
+            return _native
+        except ImportError:
+            raise RuntimeError(f"cachalot's native module is missing from {here}") from None
+    loader = importlib.machinery.ExtensionFileLoader("cachalot._native", found[0])
+    spec = importlib.util.spec_from_file_location("cachalot._native", found[0], loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    sys.modules["cachalot._native"] = mod  # one copy per process: `import cachalot` reuses it
+    return mod
+
+
+def write_output(path: str, data: bytes) -> None:
+    """Writes through cachalot's one writer (see the module docs)."""
+    native().write_output(path, data)
 
 
 def oom_path(path: str) -> str:
@@ -93,8 +114,10 @@ class Recorder:
         context: str = "all",
         stacks: str = "python",
     ) -> None:
-        if max_entries < 1:
-            raise ValueError(f"max_entries={max_entries}: need at least 1")
+        if not isinstance(max_entries, int) or not 1 <= max_entries <= MAX_ENTRIES_LIMIT:
+            raise ValueError(
+                f"max_entries={max_entries!r}: expected a whole number from 1 to {MAX_ENTRIES_LIMIT}"
+            )
         if context not in CONTEXTS:
             raise ValueError(f"context={context!r}: expected one of {', '.join(CONTEXTS)}")
         if stacks not in STACKS:
@@ -109,14 +132,21 @@ class Recorder:
         self._active = False
 
     def start(self, torch: Any) -> None:
-        """Starts recording in the process that imported `torch`."""
+        """Starts recording in the process that imported `torch`; joins a recording already
+        running there (whose settings then stay)."""
         self._torch = torch
-        torch.cuda.memory._record_memory_history(
-            enabled="all",
-            context=self.context,
-            stacks=self.stacks,
-            max_entries=self.max_entries,
-        )
+        active = getattr(torch, _SHARED, None)
+        if active is None:
+            active = []
+            setattr(torch, _SHARED, active)
+        if not active:
+            torch.cuda.memory._record_memory_history(
+                enabled="all",
+                context=self.context,
+                stacks=self.stacks,
+                max_entries=self.max_entries,
+            )
+        active.append(self)
         torch._C._cuda_attach_out_of_memory_observer(self._on_oom)
         self._active = True
 
@@ -131,8 +161,10 @@ class Recorder:
 
     def _write(self, path: str) -> None:
         snapshot = self._torch.cuda.memory._snapshot()
-        _atomic_write(path, pickle.dumps(snapshot))
-        _atomic_write(info_path(path), json.dumps(self.device_info(snapshot), indent=1).encode())
+        write_output(path, pickle.dumps(snapshot))
+        if os.path.isfile(path):  # not beside /dev/null or a FIFO
+            info = json.dumps(self.device_info(snapshot), indent=1).encode()
+            write_output(info_path(path), info)
 
     def device_info(self, snapshot: dict[str, Any]) -> dict[str, Any]:
         """The devices that appear in `snapshot`, with their capacity and name."""
@@ -159,5 +191,40 @@ class Recorder:
                 self.written = self.path
         finally:
             self._active = False
-            torch.cuda.memory._record_memory_history(enabled=None)
+            active = getattr(torch, _SHARED, [])
+            if self in active:
+                active.remove(self)
+            if not active:  # the last one out turns the history off
+                torch.cuda.memory._record_memory_history(enabled=None)
         return self.written
+
+
+def exit_on_sigterm() -> None:
+    """In the recorded program: the first SIGTERM raises `SystemExit(143)` in the main thread
+    (so that `finally` blocks and `atexit` handlers, the snapshot writers, run: Python's default
+    SIGTERM action skips them), unless the program handles SIGTERM itself. A second one, which
+    a kill of the whole process group plus cachalot's forwarding sends, is ignored while the
+    program finishes; SIGKILL still ends it."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+    seen = []
+
+    def on_sigterm(signum, frame):
+        if not seen:
+            seen.append(signum)
+            raise SystemExit(128 + signum)
+
+    try:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread: leave Python's default
+        pass
+
+
+def process_path(path: str) -> str:
+    """Where a process other than the first recorded one writes (one snapshot per process, so
+    that ranks started by `torch.multiprocessing.spawn` or torchrun do not overwrite each
+    other): `NAME.rankR.pickle` with torchrun's RANK, else `NAME.pidP.pickle`."""
+    stem, ext = os.path.splitext(path)
+    rank = os.environ.get("RANK")
+    tag = f"rank{rank}" if rank and rank.isdigit() else f"pid{os.getpid()}"
+    return f"{stem}.{tag}{ext or '.pickle'}"

@@ -1,12 +1,19 @@
 """Loaded by `cachalot record` into the script's interpreter (PYTHONPATH): when the script
-imports torch, memory history recording starts; at exit the snapshot is written. Any other
-`sitecustomize` on the path still runs. Settings come from CACHALOT_RECORD_* variables.
+imports torch, memory history recording starts; at exit the snapshot is written (also after a
+SIGTERM, which then ends the script through `SystemExit(143)`; a Ctrl-C while the snapshot is
+being written does not cut it short). Any other `sitecustomize` on the path still runs.
+Settings come from CACHALOT_RECORD_* variables.
+
+Every Python process the program starts inherits this: the first one recorded writes the
+snapshot at CACHALOT_RECORD_OUT, each other one (a rank of `torch.multiprocessing.spawn` or
+torchrun) its own `NAME.rankR.pickle` / `NAME.pidP.pickle` (see `_recorder.process_path`).
 """
 
 import atexit
 import importlib.abc
 import importlib.util
 import os
+import signal
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -24,19 +31,30 @@ def _load_recorder():
 def _start(torch):
     r = _load_recorder()
     env = os.environ
+    out = env["CACHALOT_RECORD_OUT"]
+    if env.get("CACHALOT_RECORD_FIRST_PID", str(os.getpid())) != str(os.getpid()):
+        out = r.process_path(out)
     recorder = r.Recorder(
-        env["CACHALOT_RECORD_OUT"],
+        out,
         max_entries=int(env.get("CACHALOT_RECORD_MAX_ENTRIES", r.DEFAULT_MAX_ENTRIES)),
         context=env.get("CACHALOT_RECORD_CONTEXT", "all"),
         stacks=env.get("CACHALOT_RECORD_STACKS", "python"),
     )
     recorder.start(torch)
+    r.exit_on_sigterm()
 
     def finish():
+        try:
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            previous = None
         try:
             recorder.stop()
         except Exception as e:  # noqa: BLE001 - exiting: report, do not raise
             print(f"cachalot record: could not write the snapshot: {e}", file=sys.stderr)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
 
     atexit.register(finish)
 
@@ -60,6 +78,8 @@ class _WhenTorchIsImported(importlib.abc.MetaPathFinder):
 
 
 if os.environ.get("CACHALOT_RECORD_OUT"):
+    # The first recorded process claims the -o name; the processes it starts inherit this.
+    os.environ.setdefault("CACHALOT_RECORD_FIRST_PID", str(os.getpid()))
     sys.meta_path.insert(0, _WhenTorchIsImported())
 
 

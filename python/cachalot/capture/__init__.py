@@ -22,7 +22,6 @@ import ctypes
 import os
 import sys
 import tempfile
-from pathlib import Path
 
 from . import _env, analysis, build, gpus
 from .analysis import Prediction
@@ -134,12 +133,11 @@ class capture:
         out = self.output or os.path.join(
             tempfile.mkdtemp(prefix="cachalot-capture-"), "capture.pickle"
         )
-        tmp = Path(out).with_name(f".{Path(out).name}.tmp")
         import pickle
 
-        with open(tmp, "wb") as f:
-            pickle.dump(snap, f)
-        os.replace(tmp, out)
+        from .._recorder import write_output
+
+        write_output(out, pickle.dumps(snap))
         self.trace = out
         warnings = self._reads.warnings() if self._reads else []
         self.prediction = analysis.predict(

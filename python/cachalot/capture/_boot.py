@@ -7,6 +7,10 @@ CUDA's lazy init (so a ``PYTORCH_CUDA_ALLOC_CONF`` the script sets before its
 first CUDA call still counts), runs the program as ``__main__``, and at exit,
 also when it raises, writes the snapshot and a JSON sidecar that the launcher
 turns into the answer.
+
+The user sees what `python SCRIPT` would show: a failing script's traceback starts at the
+script (this module's and runpy's frames are left out), a SIGTERM ends the script through
+`SystemExit(143)` so that the capture is still written.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import sys
 import time
 import traceback
 
+from .._recorder import write_output
 from ._env import DEFAULT_MAX_ENTRIES, ENV_MAX_ENTRIES, ENV_META, ENV_SNAPSHOT
 
 
@@ -56,17 +61,15 @@ class _Session:
         torch = self.torch
         snap_path, meta_path = os.environ[ENV_SNAPSHOT], os.environ[ENV_META]
         used_cuda = torch.cuda.is_initialized()
-        stats = torch.cuda.memory_stats() if used_cuda else {}
+        foreign = getattr(self, "other_allocator", None)
+        stats = torch.cuda.memory_stats() if used_cuda and not foreign else {}
         events = 0
-        if used_cuda:
+        if used_cuda and not foreign:
             snap = torch.cuda.memory._snapshot()
             events = sum(len(t) for t in snap.get("device_traces", []))
-            tmp = snap_path + ".tmp"
             import pickle
 
-            with open(tmp, "wb") as f:
-                pickle.dump(snap, f)
-            os.replace(tmp, snap_path)
+            write_output(snap_path, pickle.dumps(snap))
         warnings = self.reads.warnings()
         if self.compile_calls:
             warnings.append(
@@ -84,6 +87,7 @@ class _Session:
                 "torch ran out of memory during the capture (a memory fraction in the allocator config?)"
             )
         meta = {
+            "other_allocator": getattr(self, "other_allocator", None),
             "torch": torch.__version__,
             "device": torch.cuda.get_device_name() if used_cuda else None,
             "used_cuda": used_cuda,
@@ -110,10 +114,26 @@ class _Session:
             },
             "warnings": warnings,
         }
-        tmp = meta_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(meta, f, indent=1)
-        os.replace(tmp, meta_path)
+        write_output(meta_path, json.dumps(meta, indent=1).encode())
+
+
+def _user_traceback(e: BaseException):
+    """`e`'s traceback without the frames of this module and of runpy above the user's code."""
+    tb = e.__traceback__
+    ours = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in ours:
+        tb = tb.tb_next
+    return tb
+
+
+def _other_allocator(torch) -> str | None:
+    """The allocator backend, when it is not torch's own caching allocator (whose stream a
+    capture records): `cachalot.torch.use()` or a CUDAPluggableAllocator, cudaMallocAsync."""
+    try:
+        backend = torch.cuda.memory.get_allocator_backend()
+    except Exception:  # noqa: BLE001 - an older torch: assume its own
+        return None
+    return None if backend == "native" else backend
 
 
 def _run_user(argv: list[str]) -> None:
@@ -139,8 +159,18 @@ def main() -> int:
         print(f"cachalot capture: {argv[0]} needs an argument", file=sys.stderr)
         return 2
     os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
+    if argv and argv[0] not in ("-m", "-c") and not os.path.isfile(argv[0]):
+        print(
+            f"{sys.executable}: can't open file {os.path.abspath(argv[0])!r}: "
+            "[Errno 2] No such file or directory",
+            file=sys.stderr,
+        )
+        return 2
     import torch
 
+    from .._recorder import exit_on_sigterm
+
+    exit_on_sigterm()
     session = _Session(torch)
     code, error = 0, None
     try:
@@ -149,10 +179,17 @@ def main() -> int:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if not isinstance(e.code, (int, type(None))):
             print(e.code, file=sys.stderr)
+    except KeyboardInterrupt as e:
+        traceback.print_exception(type(e), e, _user_traceback(e))
+        code = 130
     except BaseException as e:  # noqa: BLE001 (the script failed: still write what was captured)
-        traceback.print_exc()
+        traceback.print_exception(type(e), e, _user_traceback(e))
         code, error = 1, f"{type(e).__name__}: {e}"[:2000]
-    session.finish(code, error)
+    try:
+        session.other_allocator = _other_allocator(torch)
+        session.finish(code, error)
+    except KeyboardInterrupt:
+        code = 130
     return code
 
 

@@ -1,0 +1,282 @@
+"""`cachalot record` as a careful user expects of a wrapper: it destroys nothing of the user's,
+checks `-o` before the program runs, forwards SIGINT/SIGTERM and waits for the snapshot, exits
+with the shell's status, writes one snapshot per process, and nested recordings compose.
+
+The first tests need no torch (the program never uses CUDA); the others run real PyTorch on
+the fake GPU and skip where that is not set up."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import (
+    FAKEGPU,
+    FAKEGPU_BUILD,
+    TORCH_PYTHON,
+    cachalot_cli,
+    fakegpu_missing,
+    package_env,
+)
+
+
+def record(args, cwd=None, env=None):
+    return subprocess.run(
+        [*cachalot_cli(), "record", *map(str, args)],
+        env=package_env(env),
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        timeout=600,
+    )
+
+
+def test_record_o_the_script_does_not_touch_it(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('ran')\n")
+    p = record(["-o", script, "--", sys.executable, script])
+    assert p.returncode == 2, p.stderr
+    assert "is not a snapshot" in p.stderr and "ran" not in p.stdout
+    assert script.read_text() == "print('ran')\n"
+
+
+def test_an_earlier_snapshot_is_kept_when_the_run_writes_none(tmp_path):
+    out = tmp_path / "snap.pickle"
+    old = pickle.dumps({"segments": [], "device_traces": [[]]})
+    out.write_bytes(old)
+    (tmp_path / "snap.device.json").write_text("{}")
+    p = record(["-o", out, "--", sys.executable, "-c", "pass"])
+    assert p.returncode == 1
+    assert "no snapshot (the earlier snapshot there is kept)" in p.stderr
+    assert out.read_bytes() == old
+    assert (tmp_path / "snap.device.json").read_text() == "{}"
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        ("", "empty output path"),
+        (".", "is a folder"),
+        ("missing-dir/snap.pickle", "does not exist"),
+        ("-", "give a file name"),
+    ],
+)
+def test_o_is_checked_before_the_program_runs(tmp_path, output, message):
+    marker = tmp_path / "ran"
+    p = record(
+        ["-o", output, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"], cwd=tmp_path
+    )
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not marker.exists(), "the program ran although -o could not be written"
+
+
+def test_max_entries_out_of_range_is_refused(tmp_path):
+    p = record(["--max-entries", "99999999999999999999", "--", sys.executable, "-c", "pass"])
+    assert p.returncode == 2
+    assert "max_entries=99999999999999999999" in p.stderr and "1 to" in p.stderr
+
+
+def test_a_child_killed_by_a_signal_gives_128_plus_the_signal(tmp_path):
+    kill = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    p = record(["-o", tmp_path / "s.pickle", "--", sys.executable, "-c", kill])
+    assert p.returncode == 137, p.stderr
+    assert "killed by SIGKILL" in p.stderr
+
+
+def test_interpreter_options_stay_the_interpreters(tmp_path):
+    code = "import sys; print(sys.flags.dont_write_bytecode, sys.flags.dev_mode, sys.argv[1:])"
+    p = record(
+        ["-o", tmp_path / "s.pickle", "--", sys.executable, "-B", "-X", "dev", "-c", code, "a"]
+    )
+    assert "1 True ['a']" in p.stdout, p.stderr
+
+
+# --- with torch on the fake GPU ---------------------------------------------------------
+
+SLOW_EXIT = textwrap.dedent(
+    """
+    import sys, time, torch
+    x = [torch.empty(1 << 20, dtype=torch.uint8, device="cuda") for _ in range(8)]
+    open(sys.argv[1], "w").close()  # ready
+    try:
+        time.sleep(120)
+    finally:
+        time.sleep(1.0)  # the program's own cleanup takes a while: it must get the time
+        y = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")  # recorded after the signal
+    """
+)
+
+
+def _torch_env():
+    why = fakegpu_missing()
+    if why:
+        pytest.skip(why)
+    return package_env({"PYTHON": str(TORCH_PYTHON), "FAKEGPU_BUILD": str(FAKEGPU_BUILD)})
+
+
+def _start_record(tmp_path, script_text, *extra):
+    env = _torch_env()
+    script = tmp_path / "train.py"
+    script.write_text(script_text)
+    out = tmp_path / "snap.pickle"
+    ready = tmp_path / "ready"
+    p = subprocess.Popen(
+        [
+            "bash",
+            str(FAKEGPU / "run.sh"),
+            "-m",
+            "cachalot",
+            "record",
+            "-o",
+            str(out),
+            *extra,
+            "--",
+            str(TORCH_PYTHON),
+            str(script),
+            str(ready),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 300
+    while not ready.exists():
+        assert p.poll() is None, p.communicate()
+        assert time.time() < deadline, "the program never got ready"
+        time.sleep(0.2)
+    return p, out
+
+
+def _sizes(snapshot_path):
+    snap = pickle.loads(snapshot_path.read_bytes())
+    return [e["size"] for e in snap["device_traces"][0] if e["action"] == "alloc"]
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_record_reaches_the_program_which_writes_its_snapshot(tmp_path, sig, status):
+    p, out = _start_record(tmp_path, SLOW_EXIT)
+    p.send_signal(sig)
+    stdout, stderr = p.communicate(timeout=300)
+    assert p.returncode == status, stderr
+    assert f"interrupted ({signal.Signals(sig).name})" in stderr
+    assert f"wrote {out}" in stdout
+    # the allocation made after the signal, during the program's own cleanup, is in it
+    assert 3 << 20 in _sizes(out)
+    leftover = subprocess.run(
+        ["pgrep", "-f", str(tmp_path / "train.py")], capture_output=True, check=False
+    )
+    assert leftover.stdout == b"", "the program outlived cachalot record"
+
+
+SPAWN = textwrap.dedent(
+    """
+    import sys, torch, torch.multiprocessing as mp
+
+    def rank(i):
+        x = torch.empty((i + 1) << 20, dtype=torch.uint8, device="cuda")
+
+    if __name__ == "__main__":
+        mp.spawn(rank, nprocs=2)
+    """
+)
+
+
+def test_spawned_ranks_each_write_their_own_snapshot(tmp_path):
+    env = _torch_env()
+    script = tmp_path / "ddp.py"
+    script.write_text(SPAWN)
+    out = tmp_path / "snap.pickle"
+    p = subprocess.run(
+        [
+            "bash",
+            str(FAKEGPU / "run.sh"),
+            "-m",
+            "cachalot",
+            "record",
+            "-o",
+            str(out),
+            "--",
+            str(TORCH_PYTHON),
+            str(script),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr
+    per_rank = sorted(tmp_path.glob("snap.pid*.pickle"))
+    assert len(per_rank) == 2, (os.listdir(tmp_path), p.stdout, p.stderr)
+    biggest = sorted(max(_sizes(f)) for f in per_rank)
+    assert biggest == [1 << 20, 2 << 20]  # each rank's own allocation
+    for f in per_rank:
+        assert f"wrote {f}" in p.stdout
+
+
+NESTED = textwrap.dedent(
+    """
+    import sys, torch, cachalot
+    a = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+    with cachalot.recording(sys.argv[1], quiet=True):
+        b = torch.empty(2 << 20, dtype=torch.uint8, device="cuda")
+        with cachalot.recording(sys.argv[2], quiet=True):
+            c = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+        d = torch.empty(5 << 20, dtype=torch.uint8, device="cuda")  # after the inner one ended
+    try:
+        with cachalot.recording(sys.argv[3] + "/gone/x.pickle", quiet=True):
+            raise ValueError("the user's own error")
+    except ValueError as e:
+        print("caught:", e)
+    """
+)
+
+
+def test_nested_recordings_compose_inside_record(tmp_path):
+    env = _torch_env()
+    script = tmp_path / "nested.py"
+    script.write_text(NESTED)
+    outer, inner, whole = (
+        tmp_path / "outer.pickle",
+        tmp_path / "inner.pickle",
+        tmp_path / "w.pickle",
+    )
+    p = subprocess.run(
+        [
+            "bash",
+            str(FAKEGPU / "run.sh"),
+            "-m",
+            "cachalot",
+            "record",
+            "-o",
+            str(whole),
+            "--",
+            str(TORCH_PYTHON),
+            str(script),
+            str(outer),
+            str(inner),
+            str(tmp_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "caught: the user's own error" in p.stdout  # not replaced by the write's failure
+    assert "could not write" in p.stderr
+    assert 3 << 20 in _sizes(inner)
+    assert 5 << 20 in _sizes(outer), "the history went off when the inner recording ended"
+    assert 5 << 20 in _sizes(whole), "the history went off when a recording() ended"
