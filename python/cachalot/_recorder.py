@@ -104,6 +104,35 @@ def tune_commands(path: str, info: dict[str, Any]) -> list[str]:
     return lines
 
 
+def history_on(
+    torch: Any,
+    owner: object,
+    context: str | None = "all",
+    stacks: str = "python",
+    max_entries: int = DEFAULT_MAX_ENTRIES,
+) -> None:
+    """The one place cachalot turns torch's memory history on (`record`, `recording()`,
+    `capture`): the first owner starts it with its settings, later ones join it."""
+    active = getattr(torch, _SHARED, None)
+    if active is None:
+        active = []
+        setattr(torch, _SHARED, active)
+    if not active:
+        torch.cuda.memory._record_memory_history(
+            enabled="all", context=context, stacks=stacks, max_entries=max_entries
+        )
+    active.append(owner)
+
+
+def history_off(torch: Any, owner: object) -> None:
+    """`owner` stops recording; the last one out turns torch's history off."""
+    active = getattr(torch, _SHARED, [])
+    if owner in active:
+        active.remove(owner)
+    if not active:
+        torch.cuda.memory._record_memory_history(enabled=None)
+
+
 class Recorder:
     """Turns torch's memory history on and writes the snapshot (see the module docs)."""
 
@@ -135,18 +164,9 @@ class Recorder:
         """Starts recording in the process that imported `torch`; joins a recording already
         running there (whose settings then stay)."""
         self._torch = torch
-        active = getattr(torch, _SHARED, None)
-        if active is None:
-            active = []
-            setattr(torch, _SHARED, active)
-        if not active:
-            torch.cuda.memory._record_memory_history(
-                enabled="all",
-                context=self.context,
-                stacks=self.stacks,
-                max_entries=self.max_entries,
-            )
-        active.append(self)
+        history_on(
+            torch, self, context=self.context, stacks=self.stacks, max_entries=self.max_entries
+        )
         torch._C._cuda_attach_out_of_memory_observer(self._on_oom)
         self._active = True
 
@@ -191,11 +211,7 @@ class Recorder:
                 self.written = self.path
         finally:
             self._active = False
-            active = getattr(torch, _SHARED, [])
-            if self in active:
-                active.remove(self)
-            if not active:  # the last one out turns the history off
-                torch.cuda.memory._record_memory_history(enabled=None)
+            history_off(torch, self)
         return self.written
 
 

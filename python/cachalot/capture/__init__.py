@@ -119,9 +119,11 @@ class capture:
         self._torch = torch
         if not launched:
             # at CUDA's lazy init (now, if it happened already): history enabled earlier is lost
+            from .._recorder import history_on
+
             torch.cuda._lazy_call(
-                lambda: torch.cuda.memory._record_memory_history(
-                    max_entries=_env.DEFAULT_MAX_ENTRIES, stacks="python"
+                lambda: history_on(
+                    torch, self, max_entries=_env.DEFAULT_MAX_ENTRIES, stacks="python"
                 )
             )
         return self

@@ -22,7 +22,7 @@ import sys
 import time
 import traceback
 
-from .._recorder import write_output
+from .._recorder import history_on, write_output
 from ._env import DEFAULT_MAX_ENTRIES, ENV_MAX_ENTRIES, ENV_META, ENV_SNAPSHOT
 
 
@@ -40,7 +40,7 @@ class _Session:
         torch.cuda._lazy_call(self._start_history)
 
     def _start_history(self):
-        self.torch.cuda.memory._record_memory_history(max_entries=self.max_entries, stacks="python")
+        history_on(self.torch, self, max_entries=self.max_entries, stacks="python")
 
     def _wrap_compile(self):
         # torch.compile's kernels cannot load on the capture runtime, so
@@ -120,8 +120,9 @@ class _Session:
 def _user_traceback(e: BaseException):
     """`e`'s traceback without the frames of this module and of runpy above the user's code."""
     tb = e.__traceback__
-    ours = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in ours:
+    ours = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
+    name = lambda tb: tb.tb_frame.f_code.co_filename
+    while tb is not None and (name(tb) in ours or os.path.abspath(name(tb)) in ours):
         tb = tb.tb_next
     return tb
 

@@ -107,6 +107,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def _size(text: str) -> int:
     """`--reserve`: a byte size, read by the one size reader (`_native.parse_size`)."""
+    if text.strip() == "0":  # the default; the reader is for capacities, which are at least 1
+        return 0
     native = _recorder.native()
     try:
         return int(native.parse_size(text))
