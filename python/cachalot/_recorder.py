@@ -104,6 +104,17 @@ def tune_commands(path: str, info: dict[str, Any]) -> list[str]:
     return lines
 
 
+def other_allocator(torch: Any) -> str | None:
+    """torch's allocator backend when it is not its own caching allocator (the one whose
+    history a snapshot holds): a CUDAPluggableAllocator such as cachalot.torch.use()'s, or
+    cudaMallocAsync."""
+    try:
+        backend = torch.cuda.memory.get_allocator_backend()
+    except Exception:  # noqa: BLE001 - an older torch: its own
+        return None
+    return None if backend == "native" else backend
+
+
 def history_on(
     torch: Any,
     owner: object,
@@ -127,8 +138,9 @@ def history_on(
 def history_off(torch: Any, owner: object) -> None:
     """`owner` stops recording; the last one out turns torch's history off."""
     active = getattr(torch, _SHARED, [])
-    if owner in active:
-        active.remove(owner)
+    if owner not in active:
+        return
+    active.remove(owner)
     if not active:
         torch.cuda.memory._record_memory_history(enabled=None)
 
@@ -161,14 +173,26 @@ class Recorder:
         self._active = False
 
     def start(self, torch: Any) -> None:
-        """Starts recording in the process that imported `torch`; joins a recording already
-        running there (whose settings then stay)."""
+        """Starts recording in the process that imported `torch` (at CUDA's initialisation if
+        it has not happened yet); joins a recording already running there (whose settings then
+        stay)."""
         self._torch = torch
-        history_on(
-            torch, self, context=self.context, stacks=self.stacks, max_entries=self.max_entries
-        )
-        torch._C._cuda_attach_out_of_memory_observer(self._on_oom)
         self._active = True
+
+        def begin() -> None:
+            if not self._active or other_allocator(torch):
+                return  # stop() says why there is no snapshot
+            history_on(
+                torch, self, context=self.context, stacks=self.stacks, max_entries=self.max_entries
+            )
+            torch._C._cuda_attach_out_of_memory_observer(self._on_oom)
+
+        # At CUDA's initialisation, not before: turning the history on initialises torch's
+        # allocator, after which the program could no longer choose another one.
+        if torch.cuda.is_initialized():
+            begin()
+        else:
+            torch.cuda._lazy_call(begin)
 
     def _on_oom(self, device: int, alloc: int, device_allocated: int, device_free: int) -> None:
         if self.oom_written is None and self._active:
@@ -207,6 +231,13 @@ class Recorder:
         torch = self._torch
         try:
             if torch.cuda.is_initialized():
+                backend = other_allocator(torch)
+                if backend:
+                    raise RuntimeError(
+                        f"the program switched torch to another allocator ({backend}, e.g. "
+                        "cachalot.torch.use()), whose allocations torch's memory history does not "
+                        "see: record the program without that call"
+                    )
                 self._write(self.path)
                 self.written = self.path
         finally:

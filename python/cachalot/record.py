@@ -13,11 +13,29 @@ import glob
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Iterator, Sequence
 
 from cachalot import _recorder, _run
 
 _BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
+
+
+_EPILOG = (
+    "example: cachalot record -o snap.pickle -- python train.py --batch 32",
+    (
+        "-o is checked before the program runs, and an earlier snapshot there is kept until a new "
+        "one is written; an existing file that is not a snapshot is never overwritten. Each further "
+        "Python process the program starts (torch.multiprocessing.spawn, torchrun) writes its own "
+        "NAME.rankR.pickle (torchrun's RANK) or NAME.pidP.pickle. Ctrl-C, SIGTERM and SIGHUP reach "
+        "the program, which is given the time to write its snapshot."
+    ),
+    (
+        "exit status: the program's own; 128+N when it was killed by signal N or cachalot was "
+        "interrupted by it (130 Ctrl-C, 143 SIGTERM); 1 when no snapshot was written although the "
+        "program succeeded; 2 for a bad option or -o; 126/127 when the command cannot start."
+    ),
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Run a PyTorch program unchanged with torch's memory history on; write the "
         "snapshot at its exit (also when it raises) and at its first out-of-memory; print the "
         "cachalot tune command for the device it ran on.",
-        epilog="example: cachalot record -o snap.pickle -- python train.py --batch 32",
+        epilog="\n\n".join(textwrap.fill(p, 88) for p in _EPILOG),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "-o",
@@ -194,7 +213,7 @@ def main(argv: Sequence[str]) -> int:
         else:
             reason = (
                 "the program never imported torch or never used CUDA (or it is not a Python "
-                "program)"
+                "program), or its snapshot could not be written (the line above says why)"
             )
         print(f"cachalot record: no snapshot{kept}: {reason}", file=sys.stderr)
         return done.status or 1

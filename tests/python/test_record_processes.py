@@ -280,3 +280,33 @@ def test_nested_recordings_compose_inside_record(tmp_path):
     assert 3 << 20 in _sizes(inner)
     assert 5 << 20 in _sizes(outer), "the history went off when the inner recording ended"
     assert 5 << 20 in _sizes(whole), "the history went off when a recording() ended"
+
+
+def test_a_program_that_switches_the_allocator_gets_a_clear_message(tmp_path):
+    env = _torch_env()
+    script = tmp_path / "use.py"
+    script.write_text(
+        "import cachalot.torch, torch\ncachalot.torch.use()\n"
+        "x = torch.empty(1 << 20, device='cuda')\n"
+    )
+    out = tmp_path / "snap.pickle"
+    p = subprocess.run(
+        ["bash", str(FAKEGPU / "run.sh"), "-m", "cachalot", "record", "-o", str(out), "--"]
+        + [str(TORCH_PYTHON), str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert p.returncode == 1, p.stderr
+    assert "switched torch to another allocator" in p.stderr, p.stderr
+    assert not out.exists()
+
+
+def test_help_documents_the_exit_status_and_the_per_process_names():
+    p = record(["--help"])
+    assert p.returncode == 0
+    text = " ".join(p.stdout.split())
+    assert "128+N when it was killed by signal N" in text and "130 Ctrl-C, 143 SIGTERM" in text
+    assert "NAME.pidP.pickle" in text

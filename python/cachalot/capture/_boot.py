@@ -22,7 +22,7 @@ import sys
 import time
 import traceback
 
-from .._recorder import history_on, write_output
+from .._recorder import history_on, other_allocator, write_output
 from ._env import DEFAULT_MAX_ENTRIES, ENV_MAX_ENTRIES, ENV_META, ENV_SNAPSHOT
 
 
@@ -127,16 +127,6 @@ def _user_traceback(e: BaseException):
     return tb
 
 
-def _other_allocator(torch) -> str | None:
-    """The allocator backend, when it is not torch's own caching allocator (whose stream a
-    capture records): `cachalot.torch.use()` or a CUDAPluggableAllocator, cudaMallocAsync."""
-    try:
-        backend = torch.cuda.memory.get_allocator_backend()
-    except Exception:  # noqa: BLE001 - an older torch: assume its own
-        return None
-    return None if backend == "native" else backend
-
-
 def _run_user(argv: list[str]) -> None:
     if not argv:
         raise SystemExit("cachalot capture: nothing to run after `python`")
@@ -187,7 +177,7 @@ def main() -> int:
         traceback.print_exception(type(e), e, _user_traceback(e))
         code, error = 1, f"{type(e).__name__}: {e}"[:2000]
     try:
-        session.other_allocator = _other_allocator(torch)
+        session.other_allocator = other_allocator(torch)
         session.finish(code, error)
     except KeyboardInterrupt:
         code = 130
