@@ -310,3 +310,45 @@ def test_help_documents_the_exit_status_and_the_per_process_names():
     text = " ".join(p.stdout.split())
     assert "128+N when it was killed by signal N" in text and "130 Ctrl-C, 143 SIGTERM" in text
     assert "NAME.pidP.pickle" in text
+
+
+def test_ctrl_c_at_a_terminal_lets_the_program_finish_and_exits_130(tmp_path):
+    """A Ctrl-C typed at the terminal (a pty here) goes to the whole foreground process group:
+    the program's cleanup completes, its snapshot is written, record exits 130. (Whether record
+    also forwards it is not visible here: Python folds two SIGINTs that arrive together.)"""
+    import pty
+
+    env = _torch_env()
+    script = tmp_path / "train.py"
+    script.write_text(SLOW_EXIT)
+    out, ready = tmp_path / "snap.pickle", tmp_path / "ready"
+    argv = ["bash", str(FAKEGPU / "run.sh"), "-m", "cachalot", "record", "-o", str(out), "--"]
+    argv += [str(TORCH_PYTHON), str(script), str(ready)]
+    pid, master = pty.fork()
+    if pid == 0:  # the child: session leader with the pty as its controlling terminal
+        try:
+            os.execvpe(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    output = b""
+    try:
+        deadline = time.time() + 300
+        while not ready.exists():
+            assert time.time() < deadline, "the program never got ready"
+            time.sleep(0.2)
+        os.write(master, b"\x03")  # the terminal's interrupt character
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the other side closed
+                break
+            if not chunk:
+                break
+            output += chunk
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(master)
+    text = output.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 130, text
+    assert "interrupted (SIGINT)" in text
+    assert 3 << 20 in _sizes(out), "the program's cleanup was cut short: " + text
