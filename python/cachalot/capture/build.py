@@ -36,7 +36,7 @@ RUNTIME_SRC = Path(__file__).with_name("runtime")
 # The sources (runtime/NAME.cpp) of the libraries written in more than one file; the others
 # are runtime/fake_TAG.cpp alone.
 LIBRARY_PARTS = {
-    "cudart": ["fake_cudart", "cudart_state", "cudart_driver"],
+    "cudart": ["fake_cudart", "cudart_state", "cudart_driver", "cudart_driver_device"],
     "cudnn": ["fake_cudnn", "cudnn_backend"],
 }
 
@@ -209,6 +209,17 @@ def crt_include(site_packages: Path) -> Path | None:
         if (cand / "crt" / "host_defines.h").exists():
             return cand
     return None
+
+
+def driver_entry_points() -> set[str]:
+    """The driver API names the fake cudart implements: its two tables of entry points,
+    ``FK(name)`` in cudart_driver.cpp and ``FK("name", fn)`` in cudart_driver_device.cpp."""
+    names = set()
+    for part in ("cudart_driver", "cudart_driver_device"):
+        text = (RUNTIME_SRC / f"{part}.cpp").read_text()
+        names |= set(re.findall(r'\bFK\(\s*"?(cu[A-Z]\w*)', text))
+        names |= set(re.findall(r'\{"(cu[A-Z]\w*)"', text))
+    return names
 
 
 def cache_base() -> Path:
@@ -436,8 +447,10 @@ class _Builder:
             ],
             "building libnvidia-ml.so.1",
         )
-        # 3. libcuda.so.1: trampolines from the driver symbols torch links into the fake cudart.
+        # 3. libcuda.so.1: trampolines into the fake cudart, for the driver symbols torch links
+        # and every driver entry point the fake implements (cachalot's CUDA device calls them).
         wanted = {"cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuGetErrorName"}
+        wanted |= driver_entry_points()
         for so in (t.torch_dir / "lib").glob("*.so"):
             dyn = subprocess.run(
                 [_tool("readelf"), "-d", str(so)], capture_output=True, text=True, check=False

@@ -2,7 +2,8 @@
 // through cudaGetDriverEntryPointByVersion (and the fake libcuda.so.1 forwards
 // to): versions and devices, the virtual memory management calls behind
 // expandable segments (their physical handles count against the same capacity
-// as cudaMalloc), contexts. See fake_cudart.cpp for what the fake emulates.
+// as cudaMalloc). cudart_driver_device.cpp has the rest of the driver API (contexts,
+// streams, events, pools); see fake_cudart.cpp for what the fake emulates.
 #include "cudart_internal.h"
 
 namespace fkrt {
@@ -16,6 +17,9 @@ const char* cu_error_string(CUresult r) {
     case CUDA_ERROR_INVALID_DEVICE: return "invalid device ordinal";
     case CUDA_ERROR_NOT_FOUND: return "named symbol not found";
     case CUDA_ERROR_NOT_SUPPORTED: return "operation not supported";
+    case CUDA_ERROR_INVALID_CONTEXT: return "invalid device context";
+    case CUDA_ERROR_INVALID_HANDLE: return "invalid resource handle";
+    case CUDA_ERROR_NOT_READY: return "device not ready";
     default: return "unknown error";
   }
 }
@@ -33,6 +37,12 @@ CUresult fk_cuGetErrorName(CUresult error, const char** pStr) {
     case CUDA_ERROR_INVALID_VALUE: *pStr = "CUDA_ERROR_INVALID_VALUE"; break;
     case CUDA_ERROR_OUT_OF_MEMORY: *pStr = "CUDA_ERROR_OUT_OF_MEMORY"; break;
     case CUDA_ERROR_NOT_SUPPORTED: *pStr = "CUDA_ERROR_NOT_SUPPORTED"; break;
+    case CUDA_ERROR_NOT_INITIALIZED: *pStr = "CUDA_ERROR_NOT_INITIALIZED"; break;
+    case CUDA_ERROR_INVALID_DEVICE: *pStr = "CUDA_ERROR_INVALID_DEVICE"; break;
+    case CUDA_ERROR_INVALID_CONTEXT: *pStr = "CUDA_ERROR_INVALID_CONTEXT"; break;
+    case CUDA_ERROR_INVALID_HANDLE: *pStr = "CUDA_ERROR_INVALID_HANDLE"; break;
+    case CUDA_ERROR_NOT_FOUND: *pStr = "CUDA_ERROR_NOT_FOUND"; break;
+    case CUDA_ERROR_NOT_READY: *pStr = "CUDA_ERROR_NOT_READY"; break;
     default: *pStr = "CUDA_ERROR_UNKNOWN"; break;
   }
   return CUDA_SUCCESS;
@@ -205,7 +215,7 @@ CUresult fk_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   State& s = St();
   std::lock_guard<std::mutex> g(s.mu);
   auto h = s.handles.find(handle);
-  if (h == s.handles.end() || h->second.released || offset != 0 ||
+  if (h == s.handles.end() || h->second.released || offset != 0 || ptr % kGranularity ||
       size != h->second.size || !in_reservation(s, ptr, size)) {
     emit(s, "cuMemMap", size, ptr, handle, CUDA_ERROR_INVALID_VALUE);
     return CUDA_ERROR_INVALID_VALUE;
@@ -261,7 +271,18 @@ CUresult fk_cuMemUnmap(CUdeviceptr ptr, size_t size) {
   return CUDA_SUCCESS;
 }
 
-CUresult fk_cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) {
+CUresult fk_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
+                           size_t count) {
+  if (!desc || count == 0 || size == 0 || ptr % kGranularity || size % kGranularity)
+    return CUDA_ERROR_INVALID_VALUE;
+  State& s = St();
+  std::lock_guard<std::mutex> g(s.mu);
+  // The range must be mapped, from one mapping's start through consecutive mappings.
+  for (uint64_t p = ptr, end = ptr + size; p < end;) {
+    auto it = s.mappings.find(p);
+    if (it == s.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
+    p += it->second.size;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -332,25 +353,6 @@ CUresult fk_cuStreamWriteValue32(CUstream, CUdeviceptr, cuuint32_t, unsigned int
   return CUDA_SUCCESS;
 }
 
-CUresult fk_cuCtxGetCurrent(CUcontext* pctx) {
-  static int dummy_ctx;
-  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-  *pctx = reinterpret_cast<CUcontext>(&dummy_ctx);
-  return CUDA_SUCCESS;
-}
-
-CUresult fk_cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
-
-CUresult fk_cuDevicePrimaryCtxGetState(CUdevice, unsigned int* flags, int* active) {
-  if (flags) *flags = 0;
-  if (active) *active = 1;
-  return CUDA_SUCCESS;
-}
-
-CUresult fk_cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice) {
-  return fk_cuCtxGetCurrent(pctx);
-}
-
 struct DriverSym {
   const char* name;
   void* fn;
@@ -381,10 +383,6 @@ const DriverSym kDriverSyms[] = {
     FK(cuMemImportFromShareableHandle),
     FK(cuMemsetD32Async),
     FK(cuStreamWriteValue32),
-    FK(cuCtxGetCurrent),
-    FK(cuCtxSetCurrent),
-    FK(cuDevicePrimaryCtxGetState),
-    FK(cuDevicePrimaryCtxRetain),
 };
 #undef FK
 
@@ -392,7 +390,7 @@ void* lookup_driver_symbol(const char* name) {
   if (!name) return nullptr;
   for (const auto& d : kDriverSyms)
     if (strcmp(d.name, name) == 0) return d.fn;
-  return nullptr;
+  return lookup_device_symbol(name);
 }
 
 }  // namespace fkrt

@@ -4,6 +4,7 @@
 // torch reaches through cudaGetDriverEntryPointByVersion, fake_cudart.cpp the
 // exported runtime API. Everything here is in namespace fkrt and stays local to
 // the library (libcudart.map exports only cuda*, __cuda* and fakecuda_*).
+// cudart_driver_device.cpp adds the driver API a CUDA device of its own needs.
 #pragma once
 
 #include <cuda.h>
@@ -19,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <unordered_map>
 
 #include <sys/mman.h>
@@ -168,7 +170,16 @@ extern FakeMemPool g_default_pools[64];
 // share their numbers), for the runtime and the driver API alike.
 int device_attribute(int attr);
 
-// The driver-API implementation named `name` (cudart_driver.cpp), or nullptr.
+// The driver-API implementation named `name` (cudart_driver.cpp, then
+// lookup_device_symbol), or nullptr.
 void* lookup_driver_symbol(const char* name);
+// The driver API of cudart_driver_device.cpp named `name`, or nullptr.
+void* lookup_device_symbol(const char* name);
+
+// Events alive (created and not yet destroyed), so that a destroyed or foreign handle is an
+// error, never a use of freed memory.
+void event_born(const void* e);
+bool event_dies(const void* e);  // false: not alive
+bool event_live(const void* e);
 
 }  // namespace fkrt

@@ -235,6 +235,26 @@ bool is_device_ptr(const void* p) {
   return false;
 }
 
+namespace {
+std::mutex g_events_mu;
+std::unordered_set<const void*> g_events;
+}  // namespace
+
+void event_born(const void* e) {
+  std::lock_guard<std::mutex> g(g_events_mu);
+  g_events.insert(e);
+}
+
+bool event_dies(const void* e) {
+  std::lock_guard<std::mutex> g(g_events_mu);
+  return g_events.erase(e) == 1;
+}
+
+bool event_live(const void* e) {
+  std::lock_guard<std::mutex> g(g_events_mu);
+  return g_events.count(e) == 1;
+}
+
 std::atomic<uint64_t> g_stream_ids{1};
 FakeMemPool g_default_pools[64];
 

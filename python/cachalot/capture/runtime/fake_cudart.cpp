@@ -40,9 +40,10 @@
 // where device data was read on the host (those reads return zeros).
 
 //
-// The library is three files: this one (the exported runtime API),
-// cudart_state.cpp (the device state and the allocation core) and
-// cudart_driver.cpp (the driver API), sharing cudart_internal.h.
+// The library is four files: this one (the exported runtime API),
+// cudart_state.cpp (the device state and the allocation core),
+// cudart_driver.cpp and cudart_driver_device.cpp (the driver API), sharing
+// cudart_internal.h.
 
 #include "cudart_internal.h"
 
@@ -507,11 +508,14 @@ cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t, cudaGraphNode_t*, cuda
 // ---- events -----------------------------------------------------------------------
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   if (!event) return set_err(cudaErrorInvalidValue);
-  *event = reinterpret_cast<cudaEvent_t>(new FakeEvent{flags});
+  auto* e = new FakeEvent{flags};
+  event_born(e);
+  *event = reinterpret_cast<cudaEvent_t>(e);
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (!event_dies(event)) return set_err(cudaErrorInvalidResourceHandle);  // twice, or not one
   delete reinterpret_cast<FakeEvent*>(event);
   return cudaSuccess;
 }
