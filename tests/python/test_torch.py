@@ -4,29 +4,76 @@ message, recovery, empty_cache, memory fraction, record_stream, streams and thre
 
 import json
 import pickle
+import subprocess
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from cachalot.capture import build
+from conftest import TORCH_PYTHON, package_env
+
 HERE = Path(__file__).parent
 CAPACITY = {"CACHALOT_SIM_CAPACITY": "80G", "FAKE_CUDA_CAPACITY": "80G"}
+CONFS = ["", "expandable_segments:True", "backend:cudaMallocAsync"]
+
+
+@pytest.fixture(scope="session")
+def torch_on_runtime(tmp_path_factory):
+    """Like torch_on_fakegpu, on the capture runtime (built here, into a temporary cache): its
+    simulated driver has every entry point cachalot's CUDA device calls, so
+    `cachalot.torch.use(device="cuda")` runs on it. Each run logs the runtime's device calls
+    (FAKE_CUDA_LOG) to a file; the function returns (CompletedProcess, the log's lines)."""
+    if not TORCH_PYTHON.exists():
+        pytest.skip(f"no torch venv at {TORCH_PYTHON} (scripts/python_env.sh --torch makes it)")
+    try:
+        runtime = build.ensure_runtime(str(TORCH_PYTHON), quiet=True)
+    except build.BuildError as e:
+        pytest.skip(f"the capture runtime cannot be built here: {e}")
+    preload = ":".join(str(runtime / lib) for lib in build.LIBRARIES)
+    logs = tmp_path_factory.mktemp("runtime-logs")
+
+    def run(args, env=None, timeout=600):
+        log = logs / f"{len(list(logs.iterdir()))}.csv"
+        full = package_env(
+            {
+                "LD_PRELOAD": preload,
+                "CUDA_VISIBLE_DEVICES": "0",
+                "FAKE_CUDA_LOG": str(log),
+                **(env or {}),
+            }
+        )
+        p = subprocess.run(
+            [str(TORCH_PYTHON), *map(str, args)],
+            env=full,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        assert p.returncode == 0, f"{args} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
+        return p, log.read_text().splitlines() if log.exists() else []
+
+    return run
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs():
+    """Workload results by (stack, allocator, device, conf), each run once per module."""
     return {}
 
 
-def workload(torch_on_fakegpu, tmp_path, allocator):
-    out = tmp_path / f"{allocator}.json"
-    torch_on_fakegpu([HERE / "torch_workload.py", "--allocator", allocator, out], env=CAPACITY)
-    return json.loads(out.read_text())
+def workload(run, tmp_path, allocator, device, conf):
+    out = tmp_path / f"{allocator}-{device}-{CONFS.index(conf)}.json"
+    env = {**CAPACITY, "PYTORCH_CUDA_ALLOC_CONF": conf}
+    args = [HERE / "torch_workload.py", "--allocator", allocator, "--device", device, out]
+    got = run(args, env=env)
+    log = got[1] if isinstance(got, tuple) else None  # torch_on_runtime's log of device calls
+    return json.loads(out.read_text()), log
 
 
-def test_same_stats_ooms_and_recovery_as_torchs_allocator(torch_on_fakegpu, tmp_path):
-    ours = workload(torch_on_fakegpu, tmp_path, "cachalot")
-    torchs = workload(torch_on_fakegpu, tmp_path, "torch")
+def assert_same_workload(ours, torchs):
     assert [s["step"] for s in ours["steps"]] == [s["step"] for s in torchs["steps"]]
     for a, b in zip(ours["steps"], torchs["steps"]):
         assert len(b["stats"]) == 123
@@ -42,6 +89,42 @@ def test_same_stats_ooms_and_recovery_as_torchs_allocator(torch_on_fakegpu, tmp_
         assert a["type"] == b["type"] == "OutOfMemoryError", a
         assert a["message"] == b["message"]
         assert a["recovered"] and b["recovered"]
+
+
+@pytest.mark.parametrize("conf", CONFS, ids=["default", "expandable", "async"])
+def test_same_stats_ooms_and_recovery_as_torchs_allocator(torch_on_fakegpu, tmp_path, conf):
+    ours, _ = workload(torch_on_fakegpu, tmp_path, "cachalot", "sim", conf)
+    torchs, _ = workload(torch_on_fakegpu, tmp_path, "torch", "sim", conf)
+    assert_same_workload(ours, torchs)
+
+
+def device_calls(log, before_threads):
+    """The runtime's log of device memory calls (CSV: seq,op,size,ptr,handle,result,
+    phys_used) as (op, size, result, memory in use after it): the calls before the threaded
+    step in order, and those from it on as a multiset of (op, size, result) (their order
+    depends on the interleaving). The runtime logs cuMemAlloc as cudaMalloc and
+    cuMemAllocFromPoolAsync as cudaMallocAsync: one allocation core."""
+    assert log and log[0].startswith("seq,op,size"), log[:1]
+    rows = [(r[1], int(r[2]), int(r[5]), int(r[6])) for r in (x.split(",") for x in log[1:])]
+    n = before_threads - 1  # the header is a line
+    return rows[:n], Counter(r[:3] for r in rows[n:])
+
+
+@pytest.mark.parametrize("conf", CONFS, ids=["default", "expandable", "async"])
+def test_the_cuda_device_on_the_simulated_driver_is_torchs_allocator(
+    torch_on_runtime, tmp_path, conf
+):
+    """cachalot.torch.use(device="cuda") in real PyTorch on the capture runtime's simulated
+        driver: the same statistics after every step, OOMs and recovery as torch's own allocator
+        on that driver, and the same device calls, in the same order, with the same sizes (the
+    device-call log of the simulated driver: cachalot's devices expose none of their own)."""
+    ours, our_log = workload(torch_on_runtime, tmp_path, "cachalot", "cuda", conf)
+    torchs, torch_log = workload(torch_on_runtime, tmp_path, "torch", "sim", conf)
+    assert_same_workload(ours, torchs)
+    mine = device_calls(our_log, ours["calls_before_threads"])
+    theirs = device_calls(torch_log, torchs["calls_before_threads"])
+    assert mine[0] and len(mine[0]) == len(theirs[0])
+    assert mine == theirs
 
 
 SCRIPT = textwrap.dedent(

@@ -2,24 +2,31 @@
 torch's `memory_stats()` after every step, the out-of-memory errors (type and message) and
 whether the next allocation works. test_torch.py runs it both ways on the fake GPU and compares.
 
-    torch_workload.py --allocator torch|cachalot OUT.json
+    torch_workload.py --allocator torch|cachalot [--device sim|cuda] OUT.json
+
+--device is cachalot's device (`cachalot.torch.use(device=...)`): its simulated GPU, or the
+CUDA driver (on the simulated driver of the capture runtime in the tests). The allocator's
+configuration comes from PYTORCH_CUDA_ALLOC_CONF, read by torch and cachalot alike.
 """
 
 import argparse
 import json
+import os
 import threading
+from pathlib import Path
 
 import torch
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--allocator", choices=["torch", "cachalot"], required=True)
+ap.add_argument("--device", choices=["sim", "cuda"], default="sim")
 ap.add_argument("out")
 args = ap.parse_args()
 
 if args.allocator == "cachalot":
     import cachalot.torch as ct
 
-    ct.use(device="sim")
+    ct.use(device=args.device)
     stats = ct.memory_stats
 else:
     stats = torch.cuda.memory_stats
@@ -92,6 +99,10 @@ def worker(n):
         del t
 
 
+# How many device calls the runtime has logged before the threads (their order depends on the
+# interleaving), where it logs them (FAKE_CUDA_LOG of the capture runtime).
+log = os.environ.get("FAKE_CUDA_LOG")
+calls_before_threads = len(Path(log).read_text().splitlines()) if log else None
 threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
 for t in threads:
     t.start()
@@ -103,4 +114,4 @@ torch.cuda.empty_cache()
 step("end")
 
 with open(args.out, "w") as f:
-    json.dump({"steps": steps, "ooms": ooms}, f, indent=1)
+    json.dump({"steps": steps, "ooms": ooms, "calls_before_threads": calls_before_threads}, f)
