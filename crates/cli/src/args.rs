@@ -1,44 +1,18 @@
-//! Arguments shared by subcommands: device sizes, configurations, trace inputs.
+//! Arguments shared by subcommands: the value parsers, the advisor's shared options as clap
+//! flags, and what every command does on stderr (notes, warnings, progress, timing).
 
-use std::path::Path;
+use std::fmt;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
-use cachalot_core::config::{ConfigError, Overrides, Settings, Warning};
-use cachalot_replay::LoadedTrace;
+use anyhow::{Context, Result};
+use cachalot_advisor::Tick;
+use cachalot_app::workload::AdvisorOptions;
+use cachalot_core::config::Warning;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// The trace bundled into the binary, replayed when no trace is given: GPT-2 124M training
-/// (AdamW, batch 8 × 1024 tokens, 6 steps), 11,940 events.
-pub const BUNDLED_TRACE: &[u8] = include_bytes!("../assets/gpt2-train.csv.gz");
-/// Its name in reports.
-pub const BUNDLED_NAME: &str = "<bundled gpt2-train.csv.gz>";
-
-/// The one byte-size reader (`512M`, `24G`, `80GiB`, plain bytes), as clap's value parser.
-pub use cachalot_core::parse_byte_size as parse_size;
-
-/// A device capacity or headroom: [`parse_size`], but a plain number below 1 MiB needs a
-/// unit (`--capacity 24` is far more likely meant as 24G than as 24 bytes).
-pub fn parse_capacity(s: &str) -> Result<u64, String> {
-    let bytes = parse_size(s).map_err(|e| e.to_string())?;
-    let t = s.trim();
-    if bytes < 1 << 20 && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
-        return Err(format!(
-            "'{s}' has no unit and would mean {bytes} bytes; give a unit, e.g. {t}G or {t}M \
-             (plain numbers are bytes and must be at least 1048576)"
-        ));
-    }
-    Ok(bytes)
-}
-
-/// The settings from the environment, read as torch 2.15 reads it, with `--conf STR` (PyTorch's
-/// grammar) in place of the PyTorch variables and `--cachalot STR` in place of
-/// `CACHALOT_ALLOC_CONF` where given.
-pub fn resolve_conf(conf: Option<&str>, cachalot: Option<&str>) -> Result<Settings, ConfigError> {
-    let over = Overrides {
-        pytorch: conf,
-        cachalot,
-    };
-    Settings::resolve(|k| std::env::var(k).ok(), over)
-}
+pub use cachalot_app::workload::{parse_capacity, resolve_conf};
 
 /// Prints configuration warnings to stderr.
 pub fn print_warnings(warnings: &[Warning]) {
@@ -47,36 +21,121 @@ pub fn print_warnings(warnings: &[Warning]) {
     }
 }
 
-/// Loads a trace file, or the bundled trace when `path` is `None`. Returns the trace and the
-/// name to report.
-pub fn load_trace(path: Option<&Path>) -> Result<(LoadedTrace, String)> {
-    match path {
-        Some(p) => {
-            if !p.exists() {
-                bail!("trace file {} does not exist", p.display());
-            }
-            let t = cachalot_replay::load_path(p)
-                .with_context(|| format!("cannot read trace {}", p.display()))?;
-            Ok((t, p.display().to_string()))
+/// Prints one of the application layer's notes on stderr.
+pub fn note(n: String) {
+    eprintln!("cachalot: {n}");
+}
+
+/// Options shared by `tune` and `compare`.
+#[derive(clap::Args)]
+pub struct AdvisorArgs {
+    /// For torch snapshots with history on several devices: the device to replay.
+    #[arg(long, value_name = "N", conflicts_with = "all_devices")]
+    pub device: Option<u32>,
+    /// For torch snapshots: every device with history, one configuration for all of them
+    /// (the worst device decides).
+    #[arg(long)]
+    pub all_devices: bool,
+    /// A common GPU instead of --capacity: its memory a process can use (see
+    /// `--gpu list`), less --headroom.
+    #[arg(long, value_name = "NAME", conflicts_with = "capacity")]
+    pub gpu: Option<String>,
+    /// Memory to keep outside PyTorch's allocator (CUDA context, cuBLAS/cuDNN workspaces,
+    /// NCCL), taken off the capacity, e.g. 1G.
+    #[arg(long, value_name = "SIZE", value_parser = parse_capacity)]
+    pub headroom: Option<u64>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a self-contained HTML report (memory timelines and the table) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Cost-model constants from a JSON file: {"cuda_free_us": 250, ...} (any subset; see
+    /// docs/advisor.md).
+    #[arg(long, value_name = "FILE")]
+    pub cost_model: Option<PathBuf>,
+    /// Override one cost-model constant, e.g. --cost synchronize_us=2000 (repeatable; applied
+    /// after --cost-model).
+    #[arg(long = "cost", value_name = "NAME=US")]
+    pub costs: Vec<String>,
+    /// Worker threads (default: all cores). The results do not depend on it.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// No progress bar and no timing line on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+impl AdvisorArgs {
+    /// The application layer's options.
+    pub fn options(&self) -> AdvisorOptions {
+        AdvisorOptions {
+            device: self.device,
+            all_devices: self.all_devices,
+            gpu: self.gpu.clone(),
+            headroom: self.headroom,
+            cost_model: self.cost_model.clone(),
+            costs: self.costs.clone(),
+            threads: self.threads,
         }
-        None => {
-            let t = cachalot_replay::load_bytes(BUNDLED_TRACE).context("bundled trace")?;
-            Ok((t, BUNDLED_NAME.to_string()))
+    }
+
+    /// The search statistics and wall time, on stderr (they vary from run to run).
+    pub fn stats_line(&self, what: fmt::Arguments<'_>, start: Instant) {
+        if !self.quiet {
+            eprintln!(
+                "cachalot: {what} in {:.2} s on {} threads",
+                start.elapsed().as_secs_f64(),
+                self.threads.unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(1, |n| n.get())
+                })
+            );
         }
     }
 }
 
-#[cfg(test)]
-mod capacity_tests {
-    use super::parse_capacity;
+/// A progress bar on stderr, hidden when stderr is not a terminal.
+pub struct Progress {
+    bar: ProgressBar,
+}
 
-    #[test]
-    fn small_plain_numbers_need_a_unit() {
-        let e = parse_capacity("24").unwrap_err();
-        assert!(e.contains("'24'") && e.contains("24G"), "{e}");
-        assert_eq!(parse_capacity("24G"), Ok(24 << 30));
-        assert_eq!(parse_capacity("512K"), Ok(512 << 10));
-        assert_eq!(parse_capacity("5215617024"), Ok(5_215_617_024));
-        assert!(parse_capacity("12Q").unwrap_err().contains("'12Q'"));
+impl Progress {
+    /// A bar (hidden if `quiet` or stderr is not a terminal).
+    pub fn new(quiet: bool) -> Self {
+        let bar = ProgressBar::with_draw_target(
+            Some(0),
+            if quiet || !std::io::stderr().is_terminal() {
+                ProgressDrawTarget::hidden()
+            } else {
+                ProgressDrawTarget::stderr()
+            },
+        );
+        if let Ok(style) =
+            ProgressStyle::with_template("{spinner} replaying {pos}/{len} [{elapsed}] {wide_bar}")
+        {
+            bar.set_style(style);
+        }
+        Progress { bar }
     }
+
+    /// Counts work queued and done.
+    pub fn tick(&self, t: Tick) {
+        match t {
+            Tick::Added(n) => self.bar.inc_length(n as u64),
+            Tick::Done => self.bar.inc(1),
+        }
+    }
+
+    /// Removes the bar.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// Writes an HTML report and says where.
+pub fn write_html(path: &Path, page: &str) -> Result<()> {
+    cachalot_trace::write_atomic(path, |w| w.write_all(page.as_bytes()))
+        .with_context(|| format!("cannot write HTML report {}", path.display()))?;
+    eprintln!("cachalot: wrote {}", path.display());
+    Ok(())
 }

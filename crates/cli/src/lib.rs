@@ -3,12 +3,9 @@
 //! commands and the same output. Each subcommand lives in its own module under `cmd/` and
 //! calls library functions; errors are printed once, here.
 
-// Public for the Python package's API (`crates/python`), which calls the same glue so that its
-// results are the CLI's; not a stable Rust interface.
-#[doc(hidden)]
-pub mod args;
-#[doc(hidden)]
-pub mod cmd;
+// Each command parses, calls the application layer (`cachalot-app`) and prints.
+mod args;
+mod cmd;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -39,9 +36,6 @@ enum Command {
     Tune(cmd::tune::Args),
     /// Compare configurations on a trace: peaks, minimum capacity, OOMs, retries, device calls.
     Compare(cmd::compare::Args),
-    /// CPU time per replayed operation on several traces and configurations, next to torch
-    /// 2.15's own allocator where the oracle is set up.
-    Bench(cmd::bench::Args),
 }
 
 /// Whether an error comes from writing to a closed pipe (`cachalot … | head`): the reader
@@ -86,7 +80,6 @@ where
         Command::Explain(a) => cmd::explain::run(a),
         Command::Tune(a) => cmd::tune::run(a),
         Command::Compare(a) => cmd::compare::run(a),
-        Command::Bench(a) => cmd::bench::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,17 +1,18 @@
-//! The Python API's native half: each function loads its input and calls the same library
-//! functions as the matching CLI command (often the CLI's own glue in `cachalot_cli::cmd`),
-//! with the GIL released, and returns the numbers as the JSON the CLI's `--json` prints plus
-//! the text the CLI prints. `python/cachalot/api.py` turns them into result objects.
+//! The Python API's native half: each function calls the application layer (`cachalot-app`)
+//! as the matching CLI command does, with the GIL released, and returns what the CLI's
+//! `--json` prints (as a JSON string) plus the text it prints and, for tune and compare, the
+//! HTML report as a string. `python/cachalot/api.py` turns them into result objects.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
-use cachalot_advisor::{CompareOptions, TuneOptions, html, record_timelines, text};
-use cachalot_cli::cmd;
+use anyhow::Result;
+use cachalot_app::compare::CompareRequest;
+use cachalot_app::explain::ExplainRequest;
+use cachalot_app::replay::ReplayRequest;
+use cachalot_app::tune::TuneRequest;
+use cachalot_app::workload::AdvisorOptions;
 use cachalot_core::config::ConfigError as RustConfigError;
-use cachalot_replay::report::{ReportMeta, report_json, summary_text};
-use cachalot_replay::{LoadError, LoadOptions, ReplayOptions, load_input};
-use cachalot_sim::SimConfig;
+use cachalot_replay::LoadError;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -33,6 +34,13 @@ create_exception!(
     TraceError,
     CachalotError,
     "A trace or snapshot that cannot be read."
+);
+create_exception!(
+    _native,
+    ArgumentError,
+    CachalotError,
+    "An argument cachalot cannot use (a size, a count, a GPU name): the message quotes it and \
+     says what would be valid."
 );
 
 /// The Python exception for `e`, with the message the CLI prints after `cachalot: `.
@@ -63,6 +71,9 @@ fn json_string(v: &serde_json::Value) -> Result<String> {
     Ok(serde_json::to_string(v)?)
 }
 
+/// Python keeps no notes of its own on stderr: a library call does not print.
+fn silent(_: String) {}
+
 /// `cachalot replay`: returns (JSON of `replay --json`, the summary text, exit status).
 #[pyfunction]
 #[pyo3(signature = (trace=None, conf=None, capacity=None, device=None, ignore_streams=false, explain=true))]
@@ -76,83 +87,39 @@ pub fn replay(
     explain: bool,
 ) -> PyResult<(String, String, u8)> {
     detached(py, move || {
-        let (input, name) = cmd::replay::load(trace.as_deref(), device)?;
-        let resolved = cmd::replay::snapshot_conf(conf.as_deref(), &input)?;
-        let trace = &input.trace;
-        if trace.stats.allocs == 0 {
-            bail!("{name}: the trace has no allocation events: nothing to replay");
-        }
-        let capacity = capacity
-            .or_else(|| input.recorded().and_then(|r| r.capacity))
-            .unwrap_or(80 << 30);
-        let opts = ReplayOptions {
-            conf: resolved.conf.clone(),
-            sim: SimConfig::with_capacity(capacity),
+        let req = ReplayRequest {
+            trace,
+            conf,
+            capacity,
+            device,
             ignore_streams,
-            ..ReplayOptions::default()
+            explain,
+            ..ReplayRequest::default()
         };
-        let report = cachalot_replay::replay(trace, &opts)?;
-        let raw = |var: &str| resolved.source.value(var).map(String::from);
-        let meta = ReportMeta {
-            trace: name.clone(),
-            pytorch_cuda_alloc_conf: raw(cachalot_core::config::CUDA_VAR),
-            pytorch_alloc_conf: raw(cachalot_core::config::ALLOC_VAR),
-            cachalot_alloc_conf: raw(cachalot_core::config::CACHALOT_VAR),
-            ignore_streams,
-        };
-        let mut v = report_json(&report, &resolved.conf, &trace.stats, capacity, &meta);
-        if let Some(m) = v.as_object_mut() {
-            m.insert(
-                "memory_stats".into(),
-                cachalot_torchfmt::memory_stats_json(&report.stats),
-            );
+        let r = cachalot_app::replay::replay(req, &mut silent)?;
+        if let Some(e) = r.fatal {
+            return Err(e.into());
         }
-        let mut out = format!("trace: {name}\n");
-        out.push_str(&summary_text(&report, &trace.stats, capacity));
-        if report.ooms.count > 0
-            && explain
-            && let Some(d) = cachalot_replay::diagnose::diagnose(trace, &opts)?
-        {
-            out.push_str(&d.to_string());
-        }
-        let status = u8::from(report.ooms.count > 0);
-        Ok((json_string(&v)?, out, status))
+        Ok((json_string(&r.json())?, r.text()?, r.exit_status()))
     })
 }
 
-/// Reads an HTML page the CLI's writer put in a temporary folder of its own (removed with
-/// it, whatever the writer did).
-fn html_via(write: impl FnOnce(&Path) -> Result<()>) -> Result<String> {
-    let dir = tempfile::Builder::new()
-        .prefix("cachalot-html-")
-        .tempdir()?;
-    let path = dir.path().join("report.html");
-    write(&path)?;
-    Ok(std::fs::read_to_string(&path)?)
-}
-
-/// The options `tune` and `compare` share, as the CLI's own argument struct (so that loading,
-/// the capacity rules and the cost model are the CLI's).
-#[allow(clippy::too_many_arguments)]
-fn advisor_args(
+fn advisor(
     device: Option<u32>,
     all_devices: bool,
     gpu: Option<String>,
     headroom: Option<u64>,
     threads: Option<usize>,
     costs: Vec<String>,
-) -> cmd::tune::AdvisorArgs {
-    cmd::tune::AdvisorArgs {
+) -> AdvisorOptions {
+    AdvisorOptions {
         device,
         all_devices,
         gpu,
         headroom,
-        json: false,
-        html: None,
         cost_model: None,
         costs,
         threads,
-        quiet: true,
     }
 }
 
@@ -175,50 +142,20 @@ pub fn tune(
     all_devices: bool,
 ) -> PyResult<(String, String, String)> {
     detached(py, move || {
-        let args = advisor_args(device, all_devices, gpu, headroom, threads, costs);
-        let w = args.load(&traces)?;
-        let cost = args.cost_model()?;
-        let mut src = w.source.clone();
-        let capacity = if min_capacity {
-            0
-        } else {
-            let (c, note) = args.capacity(capacity, &w)?;
-            src.capacity_note = note;
-            c
-        };
-        let opts = TuneOptions {
+        let req = TuneRequest {
+            traces,
             capacity,
-            cost,
-            threads,
-            top: top.max(1),
-            progress: None,
-            own: w.own_candidate()?,
+            min_capacity,
+            top,
+            common: advisor(device, all_devices, gpu, headroom, threads, costs),
         };
-        if min_capacity {
-            let r = cachalot_advisor::min_capacity(&w.traces, &opts)?;
-            let page = match (&r.tune, html) {
-                (Some(t), true) => {
-                    html_via(|p| cmd::tune::html_report(&w, &src, t, Some(&r), &opts, p))?
-                }
-                _ => String::new(),
-            };
-            return Ok((
-                json_string(&text::min_capacity_json(&r))?,
-                text::min_capacity_text(&r, &src),
-                page,
-            ));
-        }
-        let r = cachalot_advisor::tune(&w.traces, &opts)?;
+        let r = cachalot_app::tune::tune(&req, None, &mut silent)?;
         let page = if html {
-            html_via(|p| cmd::tune::html_report(&w, &src, &r, None, &opts, p))?
+            r.html()?.unwrap_or_default()
         } else {
             String::new()
         };
-        Ok((
-            json_string(&text::tune_json(&r))?,
-            text::tune_text(&r, &src),
-            page,
-        ))
+        Ok((json_string(&r.json())?, r.text(), page))
     })
 }
 
@@ -241,39 +178,16 @@ pub fn compare(
     all_devices: bool,
 ) -> PyResult<(String, String, String)> {
     detached(py, move || {
-        cachalot_advisor::compare::candidates(&confs)?;
-        let args = advisor_args(device, all_devices, gpu, headroom, threads, costs);
-        let w = args.load(&traces)?;
-        let mut src = w.source.clone();
-        // As the CLI: 80G where neither a capacity, a GPU nor a recorded capacity says.
-        let given = match (capacity, &args.gpu, w.recorded_capacity()) {
-            (None, None, None) => Some(80 << 30),
-            (given, _, _) => given,
-        };
-        let (capacity, note) = args.capacity(given, &w)?;
-        src.capacity_note = note;
-        let opts = CompareOptions {
+        let req = CompareRequest {
+            traces,
+            confs,
             capacity,
-            cost: args.cost_model()?,
-            threads,
             min_capacity,
-            progress: None,
-            own: w.own_candidate()?.map(|c| c.label),
+            common: advisor(device, all_devices, gpu, headroom, threads, costs),
         };
-        let r = cachalot_advisor::compare(&w.traces, &confs, &opts)?;
-        let page = if html {
-            let cands: Vec<_> = r.rows.iter().map(|row| row.candidate.clone()).collect();
-            let timelines = record_timelines(&w.traces[0], &cands, capacity, &opts.cost, threads)
-                .context("recording the timelines for the HTML report")?;
-            html::compare_page(&r, &src, &timelines)
-        } else {
-            String::new()
-        };
-        Ok((
-            json_string(&text::compare_json(&r))?,
-            text::compare_text(&r, &src),
-            page,
-        ))
+        let r = cachalot_app::compare::compare(&req, None, &mut silent)?;
+        let page = if html { r.html()? } else { String::new() };
+        Ok((json_string(&r.json())?, r.text(), page))
     })
 }
 
@@ -287,35 +201,18 @@ pub fn explain(
     capacity: Option<u64>,
     replay: bool,
 ) -> PyResult<(String, String)> {
-    use cachalot_replay::diagnose::{devices_with_ooms, explain_snapshot};
-    use cachalot_replay::input::{pick_device, read_snapshot_path};
     detached(py, move || {
-        if !snapshot.exists() {
-            bail!("snapshot file {} does not exist", snapshot.display());
-        }
-        let snap = read_snapshot_path(&snapshot)?;
-        let with_ooms = devices_with_ooms(&snap);
-        let device = match (device, &with_ooms[..]) {
-            (None, [(d, _)]) if snap.devices_with_history().len() > 1 => *d,
-            _ => pick_device(&snap, device, &snapshot)?,
-        };
-        let d = explain_snapshot(&snap, device, capacity, replay)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", snapshot.display()))?;
-        let v = serde_json::json!({
-            "device": d.device,
-            "ooms": d.ooms,
-            "devices_with_ooms": d.devices_with_ooms,
-            "capacity": d.capacity,
-            "capacity_estimated": d.capacity_estimated,
-            "conf": d.conf.to_pytorch_string(),
-            "conf_source": d.conf_source.to_string(),
-        });
-        let text = cmd::explain::render(&d, &snapshot.display().to_string());
-        Ok((json_string(&v)?, text))
+        let r = cachalot_app::explain::explain(&ExplainRequest {
+            snapshot,
+            device,
+            capacity,
+            replay,
+        })?;
+        Ok((json_string(&r.json())?, r.text()))
     })
 }
 
-/// `cachalot convert`: writes `output` (RMM CSV); returns the number of events written.
+/// `cachalot convert`: writes `output` (RMM CSV, atomically); returns the number of events.
 #[pyfunction]
 #[pyo3(signature = (input, output, device=None))]
 pub fn convert(
@@ -325,20 +222,9 @@ pub fn convert(
     device: Option<u32>,
 ) -> PyResult<usize> {
     detached(py, move || {
-        if !input.exists() {
-            bail!("input file {} does not exist", input.display());
-        }
-        let loaded = load_input(
-            &input,
-            &LoadOptions {
-                device,
-                ..LoadOptions::default()
-            },
-        )?;
-        let (csv, rows) = cmd::convert::rmm_csv(&loaded)?;
-        std::fs::write(&output, csv)
-            .with_context(|| format!("cannot write {}", output.display()))?;
-        Ok(rows)
+        let c = cachalot_app::convert::convert(&input, device)?;
+        c.write(&output)?;
+        Ok(c.rows)
     })
 }
 
@@ -347,11 +233,13 @@ pub fn convert(
 #[pyo3(signature = (conf=None, cachalot=None))]
 #[allow(clippy::type_complexity)]
 pub fn parse_config(
+    py: Python<'_>,
     conf: Option<String>,
     cachalot: Option<String>,
 ) -> PyResult<(String, Vec<(String, String, String, String)>, Vec<String>)> {
-    let resolved =
-        cachalot_cli::args::resolve_conf(conf.as_deref(), cachalot.as_deref()).map_err(|e| {
+    let resolved = py
+        .detach(|| cachalot_app::workload::resolve_conf(conf.as_deref(), cachalot.as_deref()))
+        .map_err(|e| {
             ConfigError::new_err(format!("{e}\n  torch 2.15 says: {}", e.torch_message()))
         })?;
     let rows = resolved
@@ -364,9 +252,15 @@ pub fn parse_config(
     Ok((resolved.conf.to_pytorch_string(), rows, warnings))
 }
 
-/// The byte-size reader the CLI uses for `--capacity` (`24G`, `512M`, bytes).
+/// The byte-size reader (`24G`, `512M`, bytes), as every size cachalot reads.
 #[pyfunction]
 pub fn parse_size(s: &str) -> PyResult<u64> {
-    cachalot_core::parse_byte_size(s)
-        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+    cachalot_core::parse_byte_size(s).map_err(|e| ArgumentError::new_err(e.to_string()))
+}
+
+/// The CLI's `--capacity`/`--headroom` reader: [`parse_size`], but a plain number below
+/// 1 MiB needs a unit.
+#[pyfunction]
+pub fn parse_capacity(s: &str) -> PyResult<u64> {
+    cachalot_app::workload::parse_capacity(s).map_err(ArgumentError::new_err)
 }

@@ -68,9 +68,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(api::parse_size, m)?)?;
     m.add_function(wrap_pyfunction!(output::write_output, m)?)?;
     m.add_function(wrap_pyfunction!(output::check_output, m)?)?;
+    m.add_function(wrap_pyfunction!(api::parse_capacity, m)?)?;
     let py = m.py();
     m.add("CachalotError", py.get_type::<api::CachalotError>())?;
     m.add("ConfigError", py.get_type::<api::ConfigError>())?;
     m.add("TraceError", py.get_type::<api::TraceError>())?;
+    m.add("ArgumentError", py.get_type::<api::ArgumentError>())?;
     Ok(())
 }

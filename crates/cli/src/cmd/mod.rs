@@ -1,6 +1,5 @@
 //! One module per subcommand.
 
-pub mod bench;
 pub mod compare;
 pub mod config;
 pub mod convert;

@@ -1,14 +1,13 @@
-//! `cachalot bench` end to end, on tiny generated traces (the speed itself is measured by
+//! `cachalot-bench` end to end, on tiny generated traces (the speed itself is measured by
 //! running it, not asserted here).
 
 use cachalot_testkit::{stdout_of, workspace};
 
-/// The output of `cachalot bench ARGS`, run from the workspace; panics unless it succeeds.
+/// The output of `cachalot-bench ARGS`, run from the workspace; panics unless it succeeds.
 fn bench(args: &[&str]) -> String {
     stdout_of(
-        cachalot_testkit::command(env!("CARGO_BIN_EXE_cachalot"))
+        cachalot_testkit::command(env!("CARGO_BIN_EXE_cachalot-bench"))
             .current_dir(workspace())
-            .arg("bench")
             .args(args),
     )
 }
@@ -106,8 +105,8 @@ fn bench_against_the_oracle_reports_the_same_decisions() {
 
 #[test]
 fn bench_rejects_an_unknown_configuration_label() {
-    let out = cachalot_testkit::command(env!("CARGO_BIN_EXE_cachalot"))
-        .args(["bench", "--no-oracle", "--config", "nonsense"])
+    let out = cachalot_testkit::command(env!("CARGO_BIN_EXE_cachalot-bench"))
+        .args(["--no-oracle", "--config", "nonsense"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));

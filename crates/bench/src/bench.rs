@@ -1,4 +1,4 @@
-//! `cachalot bench`: CPU time per replayed operation, next to torch 2.15's own allocator.
+//! `cachalot-bench`: CPU time per replayed operation, next to torch 2.15's own allocator.
 //!
 //! Each trace × configuration is replayed `--runs` times through cachalot and, where the
 //! oracle is set up, through torch's allocator, the two alternating so that a burst of load
