@@ -10,6 +10,7 @@ Importing this package never imports torch; `cachalot.torch` and `cachalot.recor
 from cachalot import capture
 from cachalot._native import __version__
 from cachalot.api import (
+    ArgumentError,
     CachalotError,
     CompareResult,
     Config,
@@ -31,6 +32,7 @@ from cachalot.api import (
 from cachalot.record import recording
 
 __all__ = [
+    "ArgumentError",
     "CachalotError",
     "CompareResult",
     "Config",

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from cachalot import _native
-from cachalot._native import CachalotError, ConfigError, TraceError
+from cachalot._native import ArgumentError, CachalotError, ConfigError, TraceError
 
 Trace = Union[str, "os.PathLike[str]", dict, None]
 Size = Union[int, str]
 
 __all__ = [
+    "ArgumentError",
     "CachalotError",
     "CompareResult",
     "Config",
@@ -65,7 +66,13 @@ def _path(trace: Trace) -> Iterator[str | None]:
         finally:
             os.unlink(tmp)
     else:
-        yield os.fspath(trace)
+        try:
+            path = os.fspath(trace)
+        except TypeError:
+            raise ArgumentError(
+                f"trace={trace!r}: a trace is a path, a snapshot dict or None"
+            ) from None
+        yield path
 
 
 @contextlib.contextmanager
@@ -78,14 +85,32 @@ def _paths(traces: Trace | list[Trace]) -> Iterator[list[str]]:
 
 
 def _size(value: Size | None, what: str) -> int | None:
-    if value is None or isinstance(value, int):
-        if isinstance(value, int) and value < 0:
-            raise ValueError(f"{what}={value}: a size is not negative")
+    """A size argument: bytes as an int, or a string the CLI's `--capacity` reads ("24G")."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ArgumentError(
+            f"{what}={value!r}: a size is a whole number of bytes or a string such as '24G'"
+        )
+    if isinstance(value, int):
+        if not 0 <= value < 1 << 64:
+            raise ArgumentError(f"{what}={value}: a size is between 0 and 2**64 - 1 bytes")
         return value
     try:
-        return _native.parse_size(str(value))
-    except ValueError as e:
-        raise ValueError(f"{what}: {e}") from None
+        return _native.parse_capacity(value)
+    except ArgumentError as e:
+        raise ArgumentError(f"{what}: {e}") from None
+
+
+def _count(value: int | None, what: str, least: int = 0) -> int | None:
+    """A count argument (threads, top, device): a whole number, at least `least`."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentError(f"{what}={value!r}: needs a whole number")
+    if not least <= value < 1 << 32:
+        raise ArgumentError(f"{what}={value}: needs a whole number from {least} to 2**32 - 1")
+    return value
 
 
 def _costs(cost: dict[str, float] | None) -> list[str]:
@@ -231,7 +256,12 @@ def replay(
     """Replays `trace` through the allocator on a simulated GPU (`cachalot replay --json`)."""
     with _path(trace) as p:
         data, text, status = _native.replay(
-            p, conf, _size(capacity, "capacity"), device, ignore_streams, explain
+            p,
+            conf,
+            _size(capacity, "capacity"),
+            _count(device, "device"),
+            ignore_streams,
+            explain,
         )
     return ReplayResult(json.loads(data), text, status)
 
@@ -257,13 +287,13 @@ def tune(
             ps,
             _size(capacity, "capacity"),
             False,
-            top,
-            threads,
+            _count(top, "top", 1),
+            _count(threads, "threads", 1),
             _costs(cost),
             html,
             gpu,
             _size(headroom, "headroom"),
-            device,
+            _count(device, "device"),
             all_devices,
         )
     return TuneResult(json.loads(data), text, page)
@@ -283,7 +313,17 @@ def min_capacity(
     (`cachalot tune --min-capacity`)."""
     with _paths(traces) as ps:
         data, text, page = _native.tune(
-            ps, None, True, top, threads, _costs(cost), html, None, None, device, all_devices
+            ps,
+            None,
+            True,
+            _count(top, "top", 1),
+            _count(threads, "threads", 1),
+            _costs(cost),
+            html,
+            None,
+            None,
+            _count(device, "device"),
+            all_devices,
         )
     return MinCapacityResult(json.loads(data), text, page)
 
@@ -311,12 +351,12 @@ def compare(
             list(confs),
             _size(capacity, "capacity"),
             min_capacity,
-            threads,
+            _count(threads, "threads", 1),
             _costs(cost),
             html,
             gpu,
             _size(headroom, "headroom"),
-            device,
+            _count(device, "device"),
             all_devices,
         )
     return CompareResult(json.loads(data), text, page)
@@ -331,9 +371,11 @@ def explain(
 ) -> ExplainResult:
     """Why the out-of-memory recorded in a torch snapshot happened (`cachalot explain`)."""
     if snapshot is None:
-        raise TypeError("explain needs a snapshot (a path or torch.cuda.memory._snapshot())")
+        raise ArgumentError("explain needs a snapshot (a path or torch.cuda.memory._snapshot())")
     with _path(snapshot) as p:
-        data, text = _native.explain(p, device, _size(capacity, "capacity"), replay)
+        data, text = _native.explain(
+            p, _count(device, "device"), _size(capacity, "capacity"), replay
+        )
     return ExplainResult(json.loads(data), text)
 
 
@@ -341,7 +383,7 @@ def convert(trace: Trace, output: str | os.PathLike[str], *, device: int | None 
     """Writes any supported input as an RMM CSV trace (`cachalot convert`); returns the
     number of events written."""
     with _path(trace) as p:
-        return _native.convert(p, os.fspath(output), device)
+        return _native.convert(p, os.fspath(output), _count(device, "device"))
 
 
 def parse_config(conf: str | None = None, *, cachalot: str | None = None) -> Config:

@@ -96,9 +96,39 @@ def test_errors_are_python_exceptions_with_the_cli_message():
         cachalot.replay("/no/such.csv")
     with pytest.raises(cachalot.TraceError, match="segments"):
         cachalot.replay({"not": "a snapshot"})
-    with pytest.raises(ValueError, match="capacity"):
+    with pytest.raises(cachalot.ArgumentError, match="capacity"):
         cachalot.tune(SMALL, capacity="lots")
     assert issubclass(cachalot.ConfigError, cachalot.CachalotError)
+
+
+@pytest.mark.parametrize(
+    ("call", "quoted"),
+    [
+        (lambda: cachalot.tune(SMALL, capacity=1.5), "1.5"),
+        (lambda: cachalot.tune(SMALL, capacity=-1), "-1"),
+        (lambda: cachalot.tune(SMALL, capacity="24"), "'24'"),
+        (lambda: cachalot.replay(SMALL, capacity=1 << 70), str(1 << 70)),
+        (lambda: cachalot.tune(SMALL, capacity="2G", threads=0), "0"),
+        (lambda: cachalot.tune(SMALL, capacity="2G", threads=10**6), str(10**6)),
+        (lambda: cachalot.compare(SMALL, [], "2G", threads=-3), "-3"),
+        (lambda: cachalot.tune(SMALL, capacity="2G", top=2.5), "2.5"),
+        (lambda: cachalot.replay(SMALL, device="0"), "'0'"),
+        (lambda: cachalot.replay(12), "12"),
+        (lambda: cachalot.explain(None), "snapshot"),
+    ],
+)
+def test_bad_arguments_raise_cachalot_errors_that_quote_them(call, quoted):
+    # Never a bare ValueError/OverflowError/TypeError from the binding: one family to catch.
+    with pytest.raises(cachalot.CachalotError) as e:
+        call()
+    assert quoted in str(e.value), str(e.value)
+
+
+def test_tune_prints_nothing_and_returns_the_html(capfd):
+    r = cachalot.tune(SMALL, capacity="2G", top=2)
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+    assert "<html" in r.html[:400].lower() and r.html.rstrip().endswith("</html>")
 
 
 def test_parse_config():

@@ -1,0 +1,80 @@
+"""Types of `cachalot._native`, the Rust module (crates/python). Its functions return what the
+CLI's `--json` prints as a JSON string, the text the CLI prints, and for tune/compare the HTML
+report as a string ("" when not asked for)."""
+
+from os import PathLike
+
+__version__: str
+
+class CachalotError(Exception): ...
+class ConfigError(CachalotError): ...
+class TraceError(CachalotError): ...
+class ArgumentError(CachalotError): ...
+
+class GpuRow:
+    key: str
+    names: list[str]
+    name: str
+    device_name: str
+    memory: int
+    source: str
+    cc_major: int
+    cc_minor: int
+    sms: int
+    l2: int
+    smem_per_sm: int
+    smem_optin: int
+
+def cli_main(argv: list[str]) -> int: ...
+def cli_subcommands() -> list[str]: ...
+def replay(
+    trace: str | PathLike[str] | None = None,
+    conf: str | None = None,
+    capacity: int | None = None,
+    device: int | None = None,
+    ignore_streams: bool = False,
+    explain: bool = True,
+) -> tuple[str, str, int]: ...
+def tune(
+    traces: list[str],
+    capacity: int | None = None,
+    min_capacity: bool = False,
+    top: int = 8,
+    threads: int | None = None,
+    costs: list[str] = ...,
+    html: bool = False,
+    gpu: str | None = None,
+    headroom: int | None = None,
+    device: int | None = None,
+    all_devices: bool = False,
+) -> tuple[str, str, str]: ...
+def compare(
+    traces: list[str],
+    confs: list[str],
+    capacity: int | None = None,
+    min_capacity: bool = True,
+    threads: int | None = None,
+    costs: list[str] = ...,
+    html: bool = False,
+    gpu: str | None = None,
+    headroom: int | None = None,
+    device: int | None = None,
+    all_devices: bool = False,
+) -> tuple[str, str, str]: ...
+def explain(
+    snapshot: str | PathLike[str],
+    device: int | None = None,
+    capacity: int | None = None,
+    replay: bool = True,
+) -> tuple[str, str]: ...
+def convert(
+    input: str | PathLike[str], output: str | PathLike[str], device: int | None = None
+) -> int: ...
+def parse_config(
+    conf: str | None = None, cachalot: str | None = None
+) -> tuple[str, list[tuple[str, str, str, str]], list[str]]: ...
+def parse_size(s: str) -> int: ...
+def parse_capacity(s: str) -> int: ...
+def gpus() -> list[GpuRow]: ...
+def gpu_key(name: str) -> str: ...
+def smallest_gpu(need: int) -> str | None: ...
