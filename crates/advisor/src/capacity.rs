@@ -33,21 +33,25 @@ pub fn peak_live_requested(w: &dyn Workload) -> u64 {
     w.parts().iter().map(peak_live_of).max().unwrap_or(0)
 }
 
+/// Summed in `u128` (requests near 2^64 add up past `u64`); a peak past `u64::MAX` reads as
+/// `u64::MAX`, more than any device holds.
 fn peak_live_of(trace: &LoadedTrace) -> u64 {
     let mut sizes = vec![0u64; trace.slots as usize];
-    let (mut live, mut peak) = (0u64, 0u64);
+    let (mut live, mut peak) = (0u128, 0u128);
     for op in &trace.ops {
         match *op {
             TraceOp::Alloc { slot, size, .. } => {
                 sizes[slot as usize] = size;
-                live += size;
+                live += u128::from(size);
                 peak = peak.max(live);
             }
-            TraceOp::Free { slot, .. } => live -= std::mem::take(&mut sizes[slot as usize]),
+            TraceOp::Free { slot, .. } => {
+                live -= u128::from(std::mem::take(&mut sizes[slot as usize]));
+            }
             TraceOp::Pool { .. } => {}
         }
     }
-    peak
+    u64::try_from(peak).unwrap_or(u64::MAX)
 }
 
 /// The largest multiple of [`STEP`] below the peak live request: proven too small.

@@ -272,10 +272,10 @@ struct Builder<'a> {
     out: &'a mut ReplayEvents,
     streams: FxHashMap<u64, u32>,
     live: FxHashMap<u64, u64>,
-    /// Requested bytes live, failed requests excluded.
-    level: u64,
+    /// Requested bytes live, failed requests excluded (wide: sizes near 2^64 add up past it).
+    level: u128,
     /// Failed requests not yet freed: (level when requested, id, size, stream), max-heap.
-    pending: std::collections::BinaryHeap<(u64, FailedRequest, u64, u32)>,
+    pending: std::collections::BinaryHeap<(u128, FailedRequest, u64, u32)>,
     /// The history entry being turned into events.
     entry: u32,
     /// The private pool allocations go to now.
@@ -360,9 +360,9 @@ impl Builder<'_> {
         self.route_to(pool);
         let stream = self.stream(raw_stream);
         if let Some(old) = self.live.insert(addr, size) {
-            self.level -= old;
+            self.level -= u128::from(old);
         }
-        self.level += size;
+        self.level += u128::from(size);
         self.push(EventKind::Allocate, addr, size, stream);
     }
 
@@ -373,7 +373,7 @@ impl Builder<'_> {
             self.out.dropped_free_bytes += size as u128;
             return;
         };
-        self.level -= live;
+        self.level -= u128::from(live);
         self.push(EventKind::Free, addr, size, stream);
         while let Some(&(at, id, size, stream)) = self.pending.peek() {
             if at < self.level {

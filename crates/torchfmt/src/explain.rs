@@ -105,8 +105,11 @@ pub struct OomExplanation {
 pub fn capacity_at_oom(snap: &Snapshot, device: u32, at: usize) -> Option<u64> {
     let entries = &snap.device_traces.get(device as usize)?.entries;
     let oom = entries.get(at).filter(|e| e.action == TraceAction::Oom)?;
-    let reserved_at_snapshot: u64 = snap.device_segments(device).map(|s| s.total_size).sum();
-    let mut reserved_then = reserved_at_snapshot as i128;
+    // Wide sums: a snapshot built in memory is not checked as a file read is.
+    let mut reserved_then: i128 = snap
+        .device_segments(device)
+        .map(|s| i128::from(s.total_size))
+        .sum();
     for e in &entries[at + 1..] {
         match e.action {
             TraceAction::SegmentAlloc | TraceAction::SegmentMap => reserved_then -= e.size as i128,
@@ -166,12 +169,12 @@ impl Recorded {
         let is_oom = |e: &&crate::model::TraceEvent| e.action == TraceAction::Oom;
         let first = entries.iter().position(|e| is_oom(&e));
         let last = entries.iter().rposition(|e| is_oom(&e));
-        let (mut allocated, mut reserved, mut requested) = (0, 0, 0);
+        let (mut allocated, mut reserved, mut requested) = (0u64, 0u64, 0u64);
         let mut pools: Vec<PoolMemory> = Vec::new();
         for s in snap.device_segments(device) {
-            allocated += s.allocated_size;
-            reserved += s.total_size;
-            requested += s.requested_size;
+            allocated = allocated.saturating_add(s.allocated_size);
+            reserved = reserved.saturating_add(s.total_size);
+            requested = requested.saturating_add(s.requested_size);
             if s.pool.is_default() {
                 continue;
             }
@@ -193,9 +196,9 @@ impl Recorded {
             };
             let p = &mut pools[i];
             p.segments += 1;
-            p.allocated += s.allocated_size;
-            p.reserved += s.total_size;
-            p.requested += s.requested_size;
+            p.allocated = p.allocated.saturating_add(s.allocated_size);
+            p.reserved = p.reserved.saturating_add(s.total_size);
+            p.requested = p.requested.saturating_add(s.requested_size);
         }
         Recorded {
             device,

@@ -266,6 +266,58 @@ impl Snapshot {
         }
     }
 
+    /// Checks what every snapshot torch writes satisfies and the readers' arithmetic relies
+    /// on: each segment and block ends inside the 64-bit address space, and each device's
+    /// segments add up to at most `u64::MAX` bytes (total, allocated, active, requested).
+    /// Else the field's path and what is wrong.
+    pub fn check_sizes(&self) -> Result<(), (String, String)> {
+        let past_end = |what: &str, addr: u64, size: u64| {
+            format!(
+                "{what} at {addr:#x} of {size} bytes ends past the 64-bit address space \
+                 (address + size must be at most {:#x})",
+                u64::MAX
+            )
+        };
+        let mut sums: rustc_hash::FxHashMap<u32, [u64; 4]> = Default::default();
+        for (i, s) in self.segments.iter().enumerate() {
+            if s.address.checked_add(s.total_size).is_none() {
+                return Err((
+                    format!("segments[{i}].total_size"),
+                    past_end("the segment", s.address, s.total_size),
+                ));
+            }
+            for (j, b) in s.blocks.iter().enumerate() {
+                if b.address.checked_add(b.size).is_none() {
+                    return Err((
+                        format!("segments[{i}].blocks[{j}].size"),
+                        past_end("the block", b.address, b.size),
+                    ));
+                }
+            }
+            let sum = sums.entry(s.device).or_default();
+            let fields = [
+                ("total_size", s.total_size),
+                ("allocated_size", s.allocated_size),
+                ("active_size", s.active_size),
+                ("requested_size", s.requested_size),
+            ];
+            for (k, (name, v)) in fields.into_iter().enumerate() {
+                sum[k] = sum[k].checked_add(v).ok_or_else(|| {
+                    (
+                        format!("segments[{i}].{name}"),
+                        format!(
+                            "{v}: the {name} of device {}'s segments add up past {} bytes, \
+                             more than any device holds",
+                            s.device,
+                            u64::MAX
+                        ),
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// The segments of device `device`.
     pub fn device_segments(&self, device: u32) -> impl Iterator<Item = &Segment> {
         self.segments.iter().filter(move |s| s.device == device)

@@ -173,6 +173,14 @@ fn start_segments(
             });
         }
     }
+    if let Some(s) = out.iter().find(|s| s.addr.checked_add(s.size).is_none()) {
+        return Err(format!(
+            "segment {:#x} of {} bytes ends past the 64-bit address space (address + size must be at most {:#x})",
+            s.addr,
+            s.size,
+            u64::MAX
+        ));
+    }
     out.sort_unstable_by_key(|s| s.addr);
     Ok(out)
 }
@@ -227,11 +235,11 @@ fn pieces(
                 }
             }
         };
-        if b.addr.saturating_add(size) > next {
-            return Err(format!("block {:#x} runs past the next block", b.addr));
-        }
+        at = match b.addr.checked_add(size) {
+            Some(block_end) if block_end <= next => block_end,
+            _ => return Err(format!("block {:#x} runs past the next block", b.addr)),
+        };
         out.push((size, Some(*b)));
-        at = b.addr + size;
     }
     gap(&mut out, at, end);
     for &(n, _) in &out {

@@ -652,11 +652,14 @@ impl Builder {
             Val::Missing => None,
             v => self.settings(v)?,
         };
-        Ok(Snapshot {
+        let snap = Snapshot {
             segments,
             device_traces,
             allocator_settings,
-        })
+        };
+        snap.check_sizes()
+            .map_err(|(path, message)| SnapshotError::Schema { path, message })?;
+        Ok(snap)
     }
 }
 
