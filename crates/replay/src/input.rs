@@ -731,11 +731,12 @@ pub fn load_input(path: &Path, opts: &LoadOptions) -> Result<LoadedInput, LoadEr
         cachalot_torchfmt::Format::Other => {
             let mut b = TraceBuilder::new();
             for event in cachalot_trace::RmmReader::with_path(input, path) {
-                let event = event.map_err(|error| LoadError::Trace {
+                let trace_err = |error| LoadError::Trace {
                     path: path.to_path_buf(),
                     error,
-                })?;
-                b.push(event.line, event.record);
+                };
+                let event = event.map_err(trace_err)?;
+                b.try_push(event.line, event.record).map_err(trace_err)?;
             }
             Ok(LoadedInput {
                 trace: b.finish(),

@@ -184,6 +184,33 @@ impl TraceBuilder {
         Self::default()
     }
 
+    /// [`TraceBuilder::push`], with the tables it grows reserved first, fallibly: a trace
+    /// too large for this process's memory is an error ([`TraceError::OutOfMemory`]), not an
+    /// abort of the host. Nothing is added when it fails.
+    pub fn try_push(&mut self, line: u64, record: Record) -> Result<(), TraceError> {
+        let rows = self.trace.ops.len() as u64;
+        let oom = |what: &'static str, bytes: usize| TraceError::OutOfMemory {
+            line,
+            rows,
+            what,
+            bytes: bytes as u64,
+        };
+        let ops = &mut self.trace.ops;
+        if ops.len() == ops.capacity() {
+            let more = ops.capacity().max(1);
+            ops.try_reserve(1)
+                .map_err(|_| oom("operations", more * size_of::<TraceOp>()))?;
+        }
+        if matches!(record, Record::Alloc { .. }) && self.live.len() == self.live.capacity() {
+            let more = self.live.capacity().max(1);
+            self.live
+                .try_reserve(1)
+                .map_err(|_| oom("live allocations", more * size_of::<(u64, u32)>()))?;
+        }
+        self.push(line, record);
+        Ok(())
+    }
+
     /// Adds one record read at `line`.
     pub fn push(&mut self, line: u64, record: Record) {
         let t = &mut self.trace;
@@ -320,7 +347,7 @@ pub fn load_bytes(bytes: &[u8]) -> Result<LoadedTrace, TraceError> {
     let mut b = TraceBuilder::new();
     for event in cachalot_trace::RmmReader::new(input) {
         let event = event?;
-        b.push(event.line, event.record);
+        b.try_push(event.line, event.record)?;
     }
     Ok(b.finish())
 }
@@ -330,7 +357,7 @@ pub fn load_rmm(path: &Path) -> Result<LoadedTrace, TraceError> {
     let mut b = TraceBuilder::new();
     for event in cachalot_trace::open(path)? {
         let event = event?;
-        b.push(event.line, event.record);
+        b.try_push(event.line, event.record)?;
     }
     Ok(b.finish())
 }

@@ -118,6 +118,24 @@ pub enum TraceError {
         /// The end row's line.
         end: u64,
     },
+
+    /// The trace is too large to hold in this process's memory: growing a table it needs
+    /// was refused (an address-space limit, or the machine's memory).
+    #[error(
+        "line {line}: not enough memory to hold the trace: {rows} operations read, and \
+         {bytes} bytes more for the {what} were refused; replay a shorter trace or raise the \
+         memory limit"
+    )]
+    OutOfMemory {
+        /// The line being read.
+        line: u64,
+        /// Operations held so far.
+        rows: u64,
+        /// What was growing.
+        what: &'static str,
+        /// The bytes asked for.
+        bytes: u64,
+    },
 }
 
 impl TraceError {
@@ -134,7 +152,8 @@ impl TraceError {
             | TraceError::RecordStreamAll { line }
             | TraceError::SizeOverflow { line, .. }
             | TraceError::Truncated { line, .. }
-            | TraceError::AfterEnd { line, .. } => Some(*line),
+            | TraceError::AfterEnd { line, .. }
+            | TraceError::OutOfMemory { line, .. } => Some(*line),
         }
     }
 
