@@ -30,28 +30,11 @@ pub const STEP: u64 = 64 << 20;
 /// The most bytes live at once in any part of the workload, as requested (unrounded),
 /// ignoring out-of-memory: no device smaller than this can run it without one.
 pub fn peak_live_requested(w: &dyn Workload) -> u64 {
-    w.parts().iter().map(peak_live_of).max().unwrap_or(0)
-}
-
-/// Summed in `u128` (requests near 2^64 add up past `u64`); a peak past `u64::MAX` reads as
-/// `u64::MAX`, more than any device holds.
-fn peak_live_of(trace: &LoadedTrace) -> u64 {
-    let mut sizes = vec![0u64; trace.slots as usize];
-    let (mut live, mut peak) = (0u128, 0u128);
-    for op in &trace.ops {
-        match *op {
-            TraceOp::Alloc { slot, size, .. } => {
-                sizes[slot as usize] = size;
-                live += u128::from(size);
-                peak = peak.max(live);
-            }
-            TraceOp::Free { slot, .. } => {
-                live -= u128::from(std::mem::take(&mut sizes[slot as usize]));
-            }
-            TraceOp::Pool { .. } => {}
-        }
-    }
-    u64::try_from(peak).unwrap_or(u64::MAX)
+    w.parts()
+        .iter()
+        .map(LoadedTrace::peak_live_requested)
+        .max()
+        .unwrap_or(0)
 }
 
 /// The largest multiple of [`STEP`] below the peak live request: proven too small.

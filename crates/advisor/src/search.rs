@@ -132,11 +132,6 @@ impl TuneResult {
         &self.ranking[0]
     }
 
-    /// One line saying why the winner wins, with the numbers.
-    pub fn reason(&self) -> String {
-        crate::text::reason(self.winner(), &self.default)
-    }
-
     /// The rank (from 1) of a configuration in the ranking, if it is in it.
     pub fn rank_of(&self, label: &str) -> Option<usize> {
         self.ranking

@@ -101,6 +101,14 @@ pub fn ranking_rule() -> String {
     )
 }
 
+impl TuneResult {
+    /// One line saying why the winner wins, with the numbers (the renderer's, so that the
+    /// search does not call its own renderer).
+    pub fn reason(&self) -> String {
+        reason(self.winner(), &self.default)
+    }
+}
+
 /// One line saying why `w` is recommended over the default `d`, quoting the numbers that
 /// decided (the first component of the ranking where they differ).
 pub fn reason(w: &Evaluated, d: &Evaluated) -> String {

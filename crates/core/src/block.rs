@@ -21,7 +21,8 @@ use std::num::NonZeroU32;
 
 use cachalot_device::StreamId;
 
-use crate::mempool::PoolRef;
+pub use crate::pool_id::PoolKind;
+use crate::pool_id::PoolRef;
 
 /// Index of a block in the [`Arena`]. Never 0 (the arena's slot 0 holds no block), so an
 /// `Option<BlockId>` link takes 4 bytes.
@@ -38,23 +39,6 @@ impl BlockId {
     #[inline]
     fn slot(self) -> usize {
         self.0.get() as usize
-    }
-}
-
-/// Which pool a block belongs to (the default small or large pool).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PoolKind {
-    /// Blocks of at most 1 MiB, in 2 MiB segments.
-    Small,
-    /// Everything else.
-    Large,
-}
-
-impl PoolKind {
-    /// Whether this is the small pool.
-    #[inline]
-    pub fn is_small(self) -> bool {
-        self == PoolKind::Small
     }
 }
 

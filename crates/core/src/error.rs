@@ -44,7 +44,7 @@ pub enum AllocError {
     },
     /// Misuse of the private-pool calls (torch's message).
     #[error("{0}")]
-    Pool(#[from] crate::mempool::PoolError),
+    Pool(#[from] crate::pool_id::PoolError),
     /// A device call failed for a reason other than lack of memory (with no caching, a failed
     /// `cudaMalloc` too: torch raises it as a CUDA error).
     #[error("device error: {0}")]

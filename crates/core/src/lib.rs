@@ -40,6 +40,7 @@ mod malloc;
 pub mod mempool;
 mod oom;
 mod pool;
+mod pool_id;
 mod release;
 mod resource;
 pub mod size;

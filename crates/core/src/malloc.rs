@@ -14,9 +14,9 @@ use cachalot_device::{Device, DeviceError, StreamId};
 
 use crate::block::{Block, BlockId};
 use crate::history::TraceAction;
-use crate::mempool::PoolRef;
 use crate::oom::{AllocError, OomCause, OomReport};
 use crate::pool::First;
+use crate::pool_id::PoolRef;
 use crate::size::{self, MAX_UNSPLIT_REMAINDER, MIN_BLOCK_SIZE};
 use crate::state::State;
 

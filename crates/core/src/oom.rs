@@ -75,7 +75,7 @@ pub struct OomReport {
     pub private_pool_cached: u64,
     /// The pool the request was routed to (`(0, 0)`: the default pools); only that pool's
     /// free blocks could have served it.
-    pub pool: crate::mempool::MempoolId,
+    pub pool: crate::pool_id::MempoolId,
 }
 
 impl OomReport {

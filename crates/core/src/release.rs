@@ -10,8 +10,8 @@ use cachalot_device::Device;
 use crate::block::BlockId;
 use crate::history::TraceAction;
 use crate::malloc::Params;
-use crate::mempool::{MempoolId, PoolRef};
 use crate::oom::AllocError;
+use crate::pool_id::{MempoolId, PoolRef};
 use crate::state::State;
 
 impl<D: Device> State<D> {

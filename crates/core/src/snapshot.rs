@@ -63,7 +63,7 @@ pub struct SegmentInfo {
     /// Part of an expandable segment.
     pub is_expandable: bool,
     /// The pool that owns it (`segment_pool_id`): `(0, 0)` for the default pools.
-    pub pool_id: crate::mempool::MempoolId,
+    pub pool_id: crate::pool_id::MempoolId,
     /// Blocks in address order.
     pub blocks: Vec<BlockInfo>,
 }

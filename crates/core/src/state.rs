@@ -10,9 +10,10 @@ use crate::block::{Arena, Block, BlockId, PoolKind};
 use crate::config::AllocConf;
 use crate::expandable::ExpandableSegment;
 use crate::history::{History, TraceAction};
-use crate::mempool::{PoolRef, PrivatePools};
+use crate::mempool::PrivatePools;
 use crate::oom::OomCause;
 use crate::pool::BlockPool;
+use crate::pool_id::PoolRef;
 use crate::stats::DeviceStats;
 use crate::tally::HotStats;
 

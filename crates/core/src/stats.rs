@@ -163,7 +163,7 @@ pub struct DeviceStats {
     pub max_split_size: i64,
     /// Reserved bytes of each private pool (`reserved_bytes_by_private_pools`), in order of
     /// each pool's first segment; an entry stays after its pool is forgotten.
-    pub reserved_bytes_by_private_pools: Vec<(crate::mempool::MempoolId, StatArray)>,
+    pub reserved_bytes_by_private_pools: Vec<(crate::pool_id::MempoolId, StatArray)>,
 }
 
 impl DeviceStats {

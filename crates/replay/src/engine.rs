@@ -15,8 +15,8 @@ use cachalot_core::{
 };
 use cachalot_sim::{LogEntry, SimConfig, SimCounters, SimDevice};
 
+use crate::accounts::{Accounting, PoolAccount, PoolTracking};
 use crate::load::{LoadedTrace, TraceOp};
-use crate::pool_account::{Accounting, PoolAccount, PoolTracking};
 use crate::pools::{PoolReplay, PoolReport};
 use crate::target::{MallocError, Target};
 
@@ -355,7 +355,7 @@ impl<'t> Run<'t> {
             stopped_early: false,
             fatal: None,
             pool_rows: PoolReplay::default(),
-            accounting: Accounting::of(opts),
+            accounting: Accounting::of(opts.pool_peaks, &opts.accounts_at),
             last_op: trace.ops.len().saturating_sub(1),
             next_sample: 0,
             next_hook: 0,

@@ -444,24 +444,6 @@ impl std::fmt::Display for WindowCheck {
     }
 }
 
-/// The most requested bytes live at once.
-fn peak_live(trace: &LoadedTrace) -> u64 {
-    let mut sizes = vec![0u64; trace.slots as usize];
-    let (mut live, mut peak) = (0u64, 0u64);
-    for op in &trace.ops {
-        match *op {
-            crate::TraceOp::Alloc { slot, size, .. } => {
-                sizes[slot as usize] = size;
-                live += size;
-                peak = peak.max(live);
-            }
-            crate::TraceOp::Free { slot, .. } => live -= std::mem::take(&mut sizes[slot as usize]),
-            crate::TraceOp::Pool { .. } => {}
-        }
-    }
-    peak
-}
-
 /// Replays a snapshot's workload under `conf` (the snapshot's own configuration) at its
 /// recorded capacity (or a device large enough for anything it asks), with the window's
 /// start state rebuilt where it can be, and compares the end state with the snapshot's.
@@ -473,9 +455,9 @@ pub fn check_window(
     let (Some(rec), InputKind::Snapshot { layout, .. }) = (input.recorded(), &input.kind) else {
         return Ok(None);
     };
-    let capacity = rec
-        .capacity
-        .unwrap_or_else(|| (80u64 << 30).max(peak_live(&input.trace).saturating_mul(2)));
+    let capacity = rec.capacity.unwrap_or_else(|| {
+        (80u64 << 30).max(LoadedTrace::peak_live_requested(&input.trace).saturating_mul(2))
+    });
     let run = |trace: &LoadedTrace, sample_every: usize| {
         crate::replay(
             trace,

@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+mod accounts;
 pub mod diagnose;
 pub mod engine;
 pub mod input;

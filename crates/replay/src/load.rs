@@ -169,6 +169,31 @@ pub struct LoadedTrace {
     pub pools: Vec<TracePool>,
 }
 
+impl LoadedTrace {
+    /// The most bytes live at once, as requested (unrounded), ignoring out-of-memory: no
+    /// device smaller than this runs the trace without one. Summed in `u128` (requests near
+    /// 2^64 add up past `u64`); a peak past `u64::MAX` reads as `u64::MAX`, more than any
+    /// device holds.
+    pub fn peak_live_requested(&self) -> u64 {
+        let mut sizes = vec![0u64; self.slots as usize];
+        let (mut live, mut peak) = (0u128, 0u128);
+        for op in &self.ops {
+            match *op {
+                TraceOp::Alloc { slot, size, .. } => {
+                    sizes[slot as usize] = size;
+                    live += u128::from(size);
+                    peak = peak.max(live);
+                }
+                TraceOp::Free { slot, .. } => {
+                    live -= u128::from(std::mem::take(&mut sizes[slot as usize]));
+                }
+                TraceOp::Pool { .. } => {}
+            }
+        }
+        u64::try_from(peak).unwrap_or(u64::MAX)
+    }
+}
+
 /// Builds a [`LoadedTrace`] from records one at a time.
 #[derive(Default)]
 pub struct TraceBuilder {
