@@ -266,10 +266,11 @@ impl Snapshot {
         }
     }
 
-    /// Checks what every snapshot torch writes satisfies and the readers' arithmetic relies
-    /// on: each segment and block ends inside the 64-bit address space, and each device's
-    /// segments add up to at most `u64::MAX` bytes (total, allocated, active, requested).
-    /// Else the field's path and what is wrong.
+    /// Checks what every snapshot torch writes satisfies and turning it into a workload
+    /// relies on: each segment and block ends inside the 64-bit address space, and each
+    /// device's segments add up to at most `u64::MAX` bytes (total, allocated, active,
+    /// requested). Else the field's path and what is wrong. The readers do not check it (they
+    /// read back whatever the writer wrote); loading a snapshot as a workload does.
     pub fn check_sizes(&self) -> Result<(), (String, String)> {
         let past_end = |what: &str, addr: u64, size: u64| {
             format!(

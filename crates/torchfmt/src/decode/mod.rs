@@ -652,14 +652,11 @@ impl Builder {
             Val::Missing => None,
             v => self.settings(v)?,
         };
-        let snap = Snapshot {
+        Ok(Snapshot {
             segments,
             device_traces,
             allocator_settings,
-        };
-        snap.check_sizes()
-            .map_err(|(path, message)| SnapshotError::Schema { path, message })?;
-        Ok(snap)
+        })
     }
 }
 
