@@ -20,7 +20,7 @@ use cachalot_torchfmt::{
 };
 use cachalot_trace::{PtrId, Record, StreamKey, TraceError};
 
-use crate::load::{LoadedTrace, TraceBuilder, TracePool};
+use crate::load::{LoadedTrace, Origin, TraceBuilder, TracePool};
 
 /// Why an input could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -233,10 +233,13 @@ impl LoadedInput {
     }
 
     /// What the event at trace line `line` is: for a snapshot, its history entry (a snapshot
-    /// has no lines); `None` for a CSV, whose lines are the file's.
+    /// has no lines; see [`LoadedTrace::origin`]); `None` for a CSV, whose lines are the
+    /// file's.
     pub fn describe_line(&self, line: u64) -> Option<String> {
-        let events = self.snapshot_events()?;
-        events.describe(usize::try_from(line.checked_sub(2)?).ok()?)
+        match self.trace.origin(line)? {
+            Origin::SnapshotEvent(i) => self.snapshot_events()?.describe(i),
+            Origin::CsvLine(_) => None,
+        }
     }
 
     /// [`LoadedInput::notes`] as one line, if there is anything to say.
@@ -522,7 +525,7 @@ pub fn check_window(
 /// (`MempoolId`), including a graph's `(n, 0)` next to a `MemPool`'s `(0, n)`, which the
 /// trace numbering alone (one number per pool) could not tell apart.
 pub fn trace_from_events(events: &ReplayEvents) -> LoadedTrace {
-    let mut b = TraceBuilder::new();
+    let mut b = TraceBuilder::for_snapshot_events();
     let mut numbers: rustc_hash::FxHashMap<MempoolId, u64> = Default::default();
     let mut ids = Vec::new();
     let mut number = |pool: MempoolId| {
@@ -563,7 +566,7 @@ pub fn trace_from_events(events: &ReplayEvents) -> LoadedTrace {
                 pool: number(e.pool),
             },
         };
-        b.push(i as u64 + 2, record);
+        b.push_event(i, record);
     }
     let mut trace = b.finish();
     for p in &mut trace.pools {
@@ -584,6 +587,13 @@ pub fn trace_from_events(events: &ReplayEvents) -> LoadedTrace {
     trace
 }
 
+/// Reads a trace file into memory, whatever its format, detected by content: RMM CSV or a
+/// torch memory snapshot (pickle or JSON), plain or gzip. A snapshot with history on several
+/// devices needs [`load_input`] with a device.
+pub fn load_path(path: &Path) -> Result<LoadedTrace, LoadError> {
+    load_input(path, &LoadOptions::default()).map(|l| l.trace)
+}
+
 /// Reads a torch memory snapshot file (pickle or JSON, plain or gzip) as a stream: the
 /// file is never held whole, and only what the snapshot model keeps is (see
 /// `cachalot_torchfmt::decode`).
@@ -592,10 +602,15 @@ pub fn read_snapshot_path(path: &Path) -> Result<Snapshot, LoadError> {
 }
 
 fn read_stream(input: impl BufRead, path: &Path) -> Result<Snapshot, LoadError> {
-    read_snapshot_from(input).map_err(|error| LoadError::Snapshot {
+    let error = |error| LoadError::Snapshot {
         path: path.to_path_buf(),
         error,
-    })
+    };
+    let snap = read_snapshot_from(input).map_err(error)?;
+    snap.check_sizes().map_err(|(path, message)| {
+        error(cachalot_torchfmt::SnapshotError::Schema { path, message })
+    })?;
+    Ok(snap)
 }
 
 /// Opens a file, decompressing gzip.

@@ -25,8 +25,8 @@ pub use engine::{
     OomEvent, OomSummary, Progress, ReplayError, ReplayHook, ReplayOptions, ReplayReport, Sample,
     replay, replay_with_hook,
 };
-pub use input::{LoadError, LoadOptions, LoadedInput, load_input};
+pub use input::{LoadError, LoadOptions, LoadedInput, load_input, load_path};
 pub use load::{
-    LoadedTrace, PoolOp, TraceBuilder, TraceOp, TracePool, TraceStats, load_bytes, load_path,
-    load_rmm,
+    LoadedTrace, Origin, PoolOp, RowSource, TraceBuilder, TraceOp, TracePool, TraceStats,
+    load_bytes, load_rmm,
 };

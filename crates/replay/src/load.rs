@@ -156,6 +156,27 @@ pub struct TraceStats {
     pub unmatched_record_streams: u64,
 }
 
+/// Where a trace's operations come from, and so what their `line` is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RowSource {
+    /// Rows of an RMM CSV: `line` is the file's line (1-based, header counted).
+    #[default]
+    CsvLines,
+    /// Events of a torch snapshot's history ([`cachalot_torchfmt::ReplayEvents`]): `line` is
+    /// the event's line in the CSV `cachalot convert` writes of them
+    /// ([`cachalot_torchfmt::events::event_line`]).
+    SnapshotEvents,
+}
+
+/// What one operation's `line` names, in the terms of its source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A line of the CSV file read.
+    CsvLine(u64),
+    /// The index of a snapshot event ([`cachalot_torchfmt::ReplayEvents::events`]).
+    SnapshotEvent(usize),
+}
+
 /// A trace in memory, ready to replay any number of times.
 #[derive(Clone, Debug, Default)]
 pub struct LoadedTrace {
@@ -167,9 +188,22 @@ pub struct LoadedTrace {
     pub slots: u32,
     /// The pools the trace names, in order of first appearance.
     pub pools: Vec<TracePool>,
+    /// Where the operations come from.
+    pub source: RowSource,
 }
 
 impl LoadedTrace {
+    /// What an operation's `line` (as in [`TraceOp::line`], and in the replay's messages)
+    /// names: a CSV line, or a snapshot event; `None` for a line no event has.
+    pub fn origin(&self, line: u64) -> Option<Origin> {
+        match self.source {
+            RowSource::CsvLines => Some(Origin::CsvLine(line)),
+            RowSource::SnapshotEvents => {
+                cachalot_torchfmt::events::event_at_line(line).map(Origin::SnapshotEvent)
+            }
+        }
+    }
+
     /// The most bytes live at once, as requested (unrounded), ignoring out-of-memory: no
     /// device smaller than this runs the trace without one. Summed in `u128` (requests near
     /// 2^64 add up past `u64`); a peak past `u64::MAX` reads as `u64::MAX`, more than any
@@ -207,6 +241,19 @@ impl TraceBuilder {
     /// An empty builder.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty builder of a snapshot's events ([`RowSource::SnapshotEvents`]).
+    pub fn for_snapshot_events() -> Self {
+        let mut b = Self::default();
+        b.trace.source = RowSource::SnapshotEvents;
+        b
+    }
+
+    /// Adds snapshot event `i` ([`TraceBuilder::for_snapshot_events`]), named by its line in
+    /// the CSV `cachalot convert` writes.
+    pub fn push_event(&mut self, i: usize, record: Record) {
+        self.push(cachalot_torchfmt::events::event_line(i), record);
     }
 
     /// [`TraceBuilder::push`], with the tables it grows reserved first, fallibly: a trace
@@ -353,13 +400,6 @@ impl TraceBuilder {
         self.trace.stats.pools = self.trace.pools.len() as u64;
         self.trace
     }
-}
-
-/// Reads a trace file into memory, whatever its format, detected by content: RMM CSV or a
-/// torch memory snapshot (pickle or JSON), plain or gzip. A snapshot with history on several
-/// devices needs [`crate::input::load_input`] with a device.
-pub fn load_path(path: &Path) -> Result<LoadedTrace, crate::input::LoadError> {
-    crate::input::load_input(path, &crate::input::LoadOptions::default()).map(|l| l.trace)
 }
 
 /// Reads a trace held in memory (plain or gzip).

@@ -561,6 +561,21 @@ pub fn pool_numbers(events: &[ReplayEvent]) -> FxHashMap<MempoolId, u64> {
     out
 }
 
+/// The line of event 0 in the CSV [`write_rmm_csv`] writes (line 1 is the header): event `i`
+/// is on line `i + FIRST_EVENT_LINE`. A replay of a snapshot names its events by these lines,
+/// so that its messages point into the file `cachalot convert` makes of the snapshot.
+pub const FIRST_EVENT_LINE: u64 = 2;
+
+/// The line of event `i` in the CSV [`write_rmm_csv`] writes.
+pub fn event_line(i: usize) -> u64 {
+    i as u64 + FIRST_EVENT_LINE
+}
+
+/// The event on `line` of the CSV [`write_rmm_csv`] writes; `None` for the header.
+pub fn event_at_line(line: u64) -> Option<usize> {
+    usize::try_from(line.checked_sub(FIRST_EVENT_LINE)?).ok()
+}
+
 /// Writes events as an RMM memory-log CSV (`Thread,Time,Action,Pointer,Size,Stream`), as
 /// the reference conversions in `shared/traces/real` are written: thread 1, time = row
 /// number, pointer in hex; pool rows name their pool by [`pool_numbers`] and open it for
