@@ -29,7 +29,6 @@
 pub mod capacity;
 pub mod compare;
 pub mod cost;
-pub mod gpus;
 pub mod html;
 pub mod measure;
 pub mod pools;

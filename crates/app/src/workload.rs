@@ -184,7 +184,7 @@ impl AdvisorOptions {
         let (base, mut note) = match (given, &self.gpu) {
             (Some(c), _) => (c, None),
             (None, Some(name)) => {
-                let g = cachalot_advisor::gpus::find(name)?;
+                let g = crate::gpus::find(name)?;
                 (
                     g.usable,
                     Some(format!(

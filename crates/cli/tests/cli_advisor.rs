@@ -213,3 +213,14 @@ fn bad_input_gets_a_clear_error() {
     assert!(!o.status.success());
     assert!(!stderr(&o).is_empty());
 }
+
+#[test]
+fn gpu_list_prints_the_table_with_its_sources() {
+    let o = cachalot(&["tune", "--gpu", "list"]);
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    for key in ["t4", "a100-40gb", "h100", "h200"] {
+        assert!(text.lines().any(|l| l.starts_with(key)), "{key}:\n{text}");
+    }
+    assert!(text.contains("15843721216 bytes"), "{text}");
+}

@@ -9,6 +9,7 @@
 //!   "cachalot_malloc", "cachalot_free")` needs no second library.
 
 mod api;
+mod gpus;
 mod output;
 
 use pyo3::prelude::*;
@@ -69,6 +70,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(output::write_output, m)?)?;
     m.add_function(wrap_pyfunction!(output::check_output, m)?)?;
     m.add_function(wrap_pyfunction!(api::parse_capacity, m)?)?;
+    m.add_function(wrap_pyfunction!(gpus::gpus, m)?)?;
+    m.add_function(wrap_pyfunction!(gpus::gpu_key, m)?)?;
+    m.add_function(wrap_pyfunction!(gpus::smallest_gpu, m)?)?;
+    m.add_class::<gpus::GpuRow>()?;
     let py = m.py();
     m.add("CachalotError", py.get_type::<api::CachalotError>())?;
     m.add("ConfigError", py.get_type::<api::ConfigError>())?;

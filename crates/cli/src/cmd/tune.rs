@@ -34,6 +34,10 @@ pub struct Args {
 
 /// Runs `cachalot tune`.
 pub fn run(a: Args) -> Result<ExitCode> {
+    if a.common.gpu.as_deref() == Some("list") {
+        print!("{}", cachalot_app::gpus::table_text());
+        return Ok(ExitCode::SUCCESS);
+    }
     let req = TuneRequest {
         traces: a.traces,
         capacity: a.capacity,
