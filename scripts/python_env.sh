@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, outside the clone, what the Python tests need, reusing whatever is already there:
 #   a virtual environment ($CACHALOT_VENV, default ~/.cache/cachalot-torch) with maturin,
-#   pytest and ruff;
+#   pytest, ruff and mypy (its stubtest checks cachalot/_native.pyi);
 #   with --torch: torch 2.15.0 (+ transformers, torchvision) in it, and the fake GPU stack of
 #   ../shared/fakegpu built into $FAKEGPU_BUILD (default ~/.cache/cachalot-fakegpu).
 # Where torch cannot be installed it says why and goes on: those tests then skip, saying so.
@@ -13,7 +13,7 @@ if [[ ! -x "$PY" ]]; then
   python3 -m venv "$VENV" || { echo "python_env: cannot create a venv at $VENV" >&2; exit 1; }
 fi
 missing=()
-for tool in maturin pytest ruff; do
+for tool in maturin pytest ruff mypy; do
   "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$tool') is None)" \
     2>/dev/null || missing+=("$tool")
 done

@@ -3,14 +3,39 @@ CLI's `--json` prints as a JSON string, the text the CLI prints, and for tune/co
 report as a string ("" when not asked for)."""
 
 from os import PathLike
+from typing import final
 
 __version__: str
+__all__ = [
+    "ArgumentError",
+    "CachalotError",
+    "ConfigError",
+    "GpuRow",
+    "TraceError",
+    "__version__",
+    "check_output",
+    "cli_main",
+    "cli_subcommands",
+    "compare",
+    "convert",
+    "explain",
+    "gpu_key",
+    "gpus",
+    "parse_capacity",
+    "parse_config",
+    "parse_size",
+    "replay",
+    "smallest_gpu",
+    "tune",
+    "write_output",
+]
 
 class CachalotError(Exception): ...
 class ConfigError(CachalotError): ...
 class TraceError(CachalotError): ...
 class ArgumentError(CachalotError): ...
 
+@final
 class GpuRow:
     key: str
     names: list[str]
@@ -78,3 +103,5 @@ def parse_capacity(s: str) -> int: ...
 def gpus() -> list[GpuRow]: ...
 def gpu_key(name: str) -> str: ...
 def smallest_gpu(need: int) -> str | None: ...
+def write_output(path: str | PathLike[str], data: bytes) -> None: ...
+def check_output(path: str | PathLike[str]) -> str: ...
