@@ -26,7 +26,7 @@ cfg = tf.GPT2Config(n_layer=2, n_embd=256, n_head=4, n_positions=256, vocab_size
 model = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").to("cuda")
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 ids = torch.randint(0, cfg.vocab_size, (4, 256))
-for step in range(2):  # bf16 autocast, AdamW (foreach), zero_grad(set_to_none=True)
+for _step in range(2):  # bf16 autocast, AdamW (foreach), zero_grad(set_to_none=True)
     batch = ids.to("cuda")
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = model(input_ids=batch, labels=batch).loss

@@ -291,8 +291,18 @@ def test_a_program_that_switches_the_allocator_gets_a_clear_message(tmp_path):
     )
     out = tmp_path / "snap.pickle"
     p = subprocess.run(
-        ["bash", str(FAKEGPU / "run.sh"), "-m", "cachalot", "record", "-o", str(out), "--"]
-        + [str(TORCH_PYTHON), str(script)],
+        [
+            "bash",
+            str(FAKEGPU / "run.sh"),
+            "-m",
+            "cachalot",
+            "record",
+            "-o",
+            str(out),
+            "--",
+            str(TORCH_PYTHON),
+            str(script),
+        ],
         env=env,
         capture_output=True,
         text=True,

@@ -1,6 +1,6 @@
 //! `tune`, `compare`, `replay` and `explain` on the snapshots people bring: taken at an
 //! out-of-memory, ring buffers, several devices. On snapshots recorded by real PyTorch on the
-//! fake GPU (tests/fixtures/snapshots/own, `scripts/gen_snapshot_fixtures.py`) and on the
+//! fake GPU (tests/fixtures/snapshots/own, `scripts/fixtures/gen_snapshot_fixtures.py`) and on the
 //! shipped ones.
 
 use std::process::Output;

@@ -123,7 +123,7 @@ fn expandable_segments_match_the_oracle() {
 }
 
 /// `backend:cudaMallocAsync` and `PYTORCH_NO_CUDA_MEMORY_CACHING=1` through the replay engine
-/// (`tests/fixtures/golden-async`, from `scripts/gen_async_golden.py`).
+/// (`tests/fixtures/golden-async`, from `scripts/fixtures/gen_async_golden.py`).
 #[test]
 fn direct_backends_match_the_oracle() {
     let root = fixtures();
@@ -185,7 +185,7 @@ fn direct_backends_match_the_oracle() {
 
 /// The private-pool, `empty_cache` and `record_stream` rows: every oracle example trace that
 /// uses them, under several configurations and capacities (`tests/fixtures/pools`, from
-/// `scripts/gen_pool_fixtures.py`). Also compared: the per-pool report and the fatal error of
+/// `scripts/fixtures/gen_pool_fixtures.py`). Also compared: the per-pool report and the fatal error of
 /// a misused row; a trace the oracle rejects (exit 65) must be rejected with its message.
 #[test]
 fn pool_rows_match_the_oracle() {

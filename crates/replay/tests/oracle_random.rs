@@ -12,8 +12,8 @@
 //!
 //! Runs only where the oracle is set up; elsewhere it prints why it was skipped.
 //! `CACHALOT_ORACLE_RUNS` (default 8 cases, 40 runs) and `CACHALOT_ORACLE_SEED` size it;
-//! `scripts/oracle_random.sh` runs a long one. Differing traces are kept under
-//! `CACHALOT_ORACLE_OUT` when set, for `scripts/oracle_diff.py --shrink`.
+//! `scripts/oracle/oracle_random.sh` runs a long one. Differing traces are kept under
+//! `CACHALOT_ORACLE_OUT` when set, for `scripts/oracle/oracle_diff.py --shrink`.
 
 mod common;
 

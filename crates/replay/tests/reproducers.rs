@@ -5,7 +5,7 @@
 //!
 //! The cases are `tests/fixtures/reproducers/index.json` (trace `NAME.csv`; the oracle's JSON
 //! and `--segments` log in `NAME.oracle.json` and `NAME.segments.csv`, written by
-//! `scripts/record_reproducers.py`). Where the oracle is set up, the recorded answers are
+//! `scripts/fixtures/record_reproducers.py`). Where the oracle is set up, the recorded answers are
 //! checked against a fresh oracle run too, so a stale fixture cannot hide a difference.
 
 mod common;
@@ -88,7 +88,7 @@ fn recorded_answers_are_the_live_oracles() {
         let diffs = differences(&recorded(&name), &live);
         assert!(
             diffs.is_empty(),
-            "{name}: the recorded answer is stale (rerun scripts/record_reproducers.py):\n    {}",
+            "{name}: the recorded answer is stale (rerun scripts/fixtures/record_reproducers.py):\n    {}",
             diffs.join("\n    ")
         );
     }

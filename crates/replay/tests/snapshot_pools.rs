@@ -1,5 +1,5 @@
 //! Snapshots with private-pool segments, recorded by torch 2.15 on the fake GPU
-//! (tests/fixtures/snapshots/pools, `scripts/gen_pool_snapshots.py`): their allocations are
+//! (tests/fixtures/snapshots/pools, `scripts/fixtures/gen_pool_snapshots.py`): their allocations are
 //! replayed into their pools, so the replay ends with the snapshot's memory in each pool and
 //! overall, whole and cut into ring buffers.
 

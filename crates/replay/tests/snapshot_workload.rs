@@ -1,7 +1,7 @@
 //! A snapshot replayed as the program's whole workload: ring-buffer windows completed with
 //! what was live at their start (checked against the snapshot's own end state), and failed
 //! requests served. On snapshots recorded by real PyTorch on the fake GPU
-//! (tests/fixtures/snapshots/own, `scripts/gen_snapshot_fixtures.py`), on ring buffers made
+//! (tests/fixtures/snapshots/own, `scripts/fixtures/gen_snapshot_fixtures.py`), on ring buffers made
 //! here by cutting a complete history, and on the shipped real snapshots.
 
 use cachalot_replay::diagnose::snapshot_conf;
@@ -63,8 +63,8 @@ fn cut_histories_are_completed_exactly() {
 
 #[test]
 fn torchs_own_ring_buffer_is_completed_exactly() {
-    // Recorded by torch 2.15 on the fake GPU with max_entries (scripts/gen_snapshot_fixtures.py,
-    // scripts/gen_ring_fixtures.py): an MLP, a transformer encoder under AdamW, and a CNN
+    // Recorded by torch 2.15 on the fake GPU with max_entries (scripts/fixtures/gen_snapshot_fixtures.py,
+    // scripts/fixtures/gen_ring_fixtures.py): an MLP, a transformer encoder under AdamW, and a CNN
     // with a side stream and an empty_cache.
     for file in ["mlp-ring", "tf-ring", "cnn-ring"] {
         let snap = read(&format!("snapshots/own/{file}.pickle.gz"));

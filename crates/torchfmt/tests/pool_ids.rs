@@ -16,7 +16,7 @@ fn full() -> Snapshot {
 
 #[test]
 fn torchs_pool_ids_are_read() {
-    // scripts/gen_pool_snapshots.py: a MemPool (0, 1) with large and small segments, the
+    // scripts/fixtures/gen_pool_snapshots.py: a MemPool (0, 1) with large and small segments, the
     // default pools, and the nested pool (0, 2) and the graph-kind pool (1, 0) given back.
     let snap = full();
     let pools: Vec<MempoolId> = snap.segments.iter().map(|s| s.pool).collect();

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """One ground-truth case of shared/fakegpu/train_snapshots.py as a plain user script.
 
-    cachalot capture -- python scripts/capture_workload.py gpt2_fp32 [--steps 3]
+    cachalot capture -- python scripts/capture/capture_workload.py gpt2_fp32 [--steps 3]
 
 The same models, shapes and loop as train_snapshots.py (its builders are
 imported, so the two cannot drift apart), without anything that script adds
@@ -17,7 +17,7 @@ import os
 import sys
 
 FAKEGPU = os.environ.get(
-    "FAKEGPU_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fakegpu")
+    "FAKEGPU_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fakegpu")
 )
 sys.path.insert(0, os.path.abspath(FAKEGPU))
 

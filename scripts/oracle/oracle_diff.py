@@ -2,7 +2,7 @@
 """Compare cachalot with torch 2.15's allocator (the oracle in ../shared/oracle) on one trace,
 and optionally shrink a differing trace to a small reproducer.
 
-usage: scripts/oracle_diff.py TRACE.csv[.gz] [--capacity BYTES] [--conf STR] [--shrink OUT.csv]
+usage: scripts/oracle/oracle_diff.py TRACE.csv[.gz] [--capacity BYTES] [--conf STR] [--shrink OUT.csv]
 
 Needs `../shared/oracle/setup.sh` run once and a release build of the segdump example
 (`cargo build --release -p cachalot-replay --example segdump`).
@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 ORACLE = os.environ.get("CACHALOT_ORACLE", os.path.join(ROOT, "..", "shared", "oracle", "oracle"))
 SEGDUMP = os.path.join(ROOT, "target", "release", "examples", "segdump")
 
@@ -25,7 +25,7 @@ def read_rows(path):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         lines = f.read().splitlines()
-    return lines[0], [l for l in lines[1:] if l.strip()]
+    return lines[0], [line for line in lines[1:] if line.strip()]
 
 
 def run_both(header, rows, capacity, conf):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """How close `cachalot capture` comes to real PyTorch: the full-size comparison.
 
-    python scripts/capture_accuracy.py OUT [--cases gpt2_fp32,…] [--python VENV/bin/python]
+    python scripts/capture/capture_accuracy.py OUT [--cases gpt2_fp32,…] [--python VENV/bin/python]
 
 For every case of shared/fakegpu/train_snapshots.py (GPT-2, Llama with GQA,
 BERT, ViT-B/16, ResNet-50 in fp32 and bf16 autocast, 3 AdamW steps; GPT-2
@@ -12,7 +12,7 @@ generate with a KV cache):
   expandable_segments:True: torch's own memory_stats() peaks. The true
   minimum capacity is the smallest multiple of 64 MiB on which torch's own
   allocator (shared/oracle) runs that measured stream without OOM.
-* predicted: `cachalot capture --json -- python scripts/capture_workload.py
+* predicted: `cachalot capture --json -- python scripts/capture/capture_workload.py
   CASE` (the same workload as a plain script, on the runtime the package
   ships), and cachalot's replay of the captured trace with
   expandable_segments:True.
@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("CACHALOT_SHARED", REPO.parent / "shared"))
 FAKEGPU = SHARED / "fakegpu"
 ORACLE = SHARED / "oracle" / "oracle"
@@ -74,12 +74,19 @@ def measure(case: str, out: Path, python: str, conf: str | None, real: bool) -> 
     runner = [python] if real else [str(FAKEGPU / "run.sh")]
     if "+" in case:  # settings train_snapshots.py has no case for: the workload measures itself
         workload = REPO / "scripts" / "capture_workload.py"
-        cmd = runner + [str(workload), case, "--truth", str(out)]
+        cmd = [*runner, str(workload), case, "--truth", str(out)]
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
         return json.loads((out / f"{case}.json").read_text())
     subprocess.run(
-        runner
-        + [str(FAKEGPU / "train_snapshots.py"), str(out), "--cases", case, "--stacks", "python"],
+        [
+            *runner,
+            str(FAKEGPU / "train_snapshots.py"),
+            str(out),
+            "--cases",
+            case,
+            "--stacks",
+            "python",
+        ],
         env=env,
         check=True,
         stdout=subprocess.DEVNULL,
@@ -119,7 +126,7 @@ def capture(case: str, out: Path, python: str) -> dict:
 
 def replay_peak_reserved(trace: str, conf: str) -> int:
     p = subprocess.run(
-        cli() + ["replay", trace, "--capacity", str(1 << 40), "--conf", conf, "--json"],
+        [*cli(), "replay", trace, "--capacity", str(1 << 40), "--conf", conf, "--json"],
         capture_output=True,
         text=True,
         check=True,
@@ -141,7 +148,7 @@ def oracle_fits(csv: Path, capacity: int) -> bool:
 def true_min_capacity(snapshot: Path, peak_reserved: int) -> int:
     """Smallest multiple of 64 MiB on which torch's own allocator runs the measured stream."""
     csv = snapshot.with_suffix(".csv")
-    subprocess.run(cli() + ["convert", str(snapshot), str(csv)], check=True, capture_output=True)
+    subprocess.run([*cli(), "convert", str(snapshot), str(csv)], check=True, capture_output=True)
     hi = -(-peak_reserved // STEP) * STEP + STEP
     while not oracle_fits(csv, hi):
         hi *= 2
@@ -193,7 +200,9 @@ def row(case: str, out: Path, python: str, real: bool) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    g = lambda b: f"{b / GiB:.3f}"
+    def g(b):
+        return f"{b / GiB:.3f}"
+
     head = (
         "| case | peak allocated GiB pred / meas (err) | peak reserved GiB, default: pred / meas (err) | "
         "peak reserved GiB, expandable: pred / meas (err) | min capacity GiB pred / true (diff MiB) | "
