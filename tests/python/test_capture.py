@@ -1,7 +1,7 @@
 """`cachalot capture`: its predictions against real PyTorch on the team's fake GPU.
 
 The expensive full-size comparison (GPT-2, Llama, BERT, ViT, ResNet, fp32 and
-bf16, generate) is scripts/capture_accuracy.py; this checks the same rules on
+bf16, generate) is scripts/capture/capture_accuracy.py; this checks the same rules on
 a small GPT-2 (bf16 autocast, AdamW, two steps, then generate with a KV cache)
 so that CI stays quick. Tests that need torch, the fake GPU or the oracle skip
 with the reason when those are not set up.
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 PY_SRC = REPO / "python"
 sys.path.insert(0, str(PY_SRC))
 
-from cachalot.capture import analysis, build, gpus
+from cachalot.capture import analysis, build, gpus  # noqa: E402 (after the path above)
 
 SHARED = Path(os.environ.get("CACHALOT_SHARED", REPO.parent / "shared"))
 VENV = os.environ.get("CACHALOT_VENV", os.path.expanduser("~/.cache/cachalot-torch"))
@@ -126,9 +126,12 @@ def test_peaks_match_torch_on_the_fake_gpu(truth, captured):
 
 
 def test_min_capacity_matches_torchs_allocator(truth, captured):
-    if not (SHARED / "oracle" / "oracle").exists():
-        pytest.skip(f"no oracle at {SHARED / 'oracle'}")
-    sys.path.insert(0, str(REPO / "scripts"))
+    oracle = SHARED / "oracle"
+    if not (oracle / "oracle").exists():
+        pytest.skip(f"no oracle at {oracle}")
+    if subprocess.run([str(oracle / "setup.sh"), "--check"], capture_output=True).returncode:
+        pytest.skip(f"the oracle is not set up ({oracle / 'setup.sh'} once; .ci/run does it)")
+    sys.path.insert(0, str(REPO / "scripts" / "capture"))
     import capture_accuracy  # bisection with torch's own allocator (shared/oracle)
 
     true = capture_accuracy.true_min_capacity(
@@ -249,7 +252,7 @@ def test_gpu_memory_sizes_are_the_advisors(captured):
     for g in gpus.GPUS:
         for name in [g.key] + [a for a, k in gpus.ALIASES.items() if k == g.key]:
             p = subprocess.run(
-                analysis.engine() + ["tune", captured["trace"], "--gpu", name, "--json", "-q"],
+                [*analysis.engine(), "tune", captured["trace"], "--gpu", name, "--json", "-q"],
                 capture_output=True,
                 text=True,
                 check=False,
