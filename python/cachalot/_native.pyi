@@ -1,7 +1,6 @@
-"""Types of `cachalot._native`, the Rust module (crates/python). Its functions return what the
-CLI's `--json` prints as a JSON string, the text the CLI prints, and for tune/compare the HTML
-report as a string ("" when not asked for)."""
-
+# Types of `cachalot._native`, the Rust module (crates/python). Its functions return what the
+# CLI's `--json` prints as a JSON string, the text the CLI prints, and for tune/compare the HTML
+# report as a string ("" when not asked for).
 from os import PathLike
 from typing import final
 

@@ -21,6 +21,7 @@ Next to the snapshot, `<name>.device.json` says what the device was (capacity, n
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.machinery
 import importlib.util
@@ -261,10 +262,8 @@ def exit_on_sigterm() -> None:
             seen.append(signum)
             raise SystemExit(128 + signum)
 
-    try:
+    with contextlib.suppress(ValueError):  # not the main thread: leave Python's default
         signal.signal(signal.SIGTERM, on_sigterm)
-    except ValueError:  # not the main thread: leave Python's default
-        pass
 
 
 def process_path(path: str) -> str:

@@ -15,6 +15,7 @@ handlers (the snapshot writers) run, which Python's default SIGTERM action skips
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -47,7 +48,7 @@ def run(cmd: Sequence[str], env: dict[str, str], stdout: int | None = None) -> F
             env=env,
             stdout=stdout,
             # The program starts with the signal mask cachalot had, not the blocked one.
-            preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, old),  # noqa: PLW1509
+            preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, old),
         )
         while p.poll() is None:
             info = signal.sigtimedwait(waited, 0.5)
@@ -55,10 +56,8 @@ def run(cmd: Sequence[str], env: dict[str, str], stdout: int | None = None) -> F
                 continue
             interrupted = interrupted or info.si_signo
             if info.si_code != _SI_KERNEL:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(p.pid, info.si_signo)
-                except ProcessLookupError:
-                    pass
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
     rc = p.returncode

@@ -89,7 +89,7 @@ def _identity(path: str) -> tuple | None:
 
 def _fresh(candidates: Sequence[str], before: dict[str, tuple | None]) -> list[str]:
     """The files among `candidates` this run wrote (new, or replaced since `before`)."""
-    return [f for f in candidates if os.path.isfile(f) and _identity(f) != before.get(f, None)]
+    return [f for f in candidates if os.path.isfile(f) and _identity(f) != before.get(f)]
 
 
 def _snapshots(path: str) -> list[str]:

@@ -92,7 +92,7 @@ def test_errors_are_python_exceptions_with_the_cli_message():
     assert "torch 2.15 says" in str(e.value)
     with pytest.raises(cachalot.ConfigError):
         cachalot.compare(SMALL, ["not_an_option:1"], "1G")
-    with pytest.raises(cachalot.TraceError, match="/no/such.csv"):
+    with pytest.raises(cachalot.TraceError, match=r"/no/such\.csv"):
         cachalot.replay("/no/such.csv")
     with pytest.raises(cachalot.TraceError, match="segments"):
         cachalot.replay({"not": "a snapshot"})

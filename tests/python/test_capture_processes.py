@@ -117,8 +117,17 @@ def test_a_signal_is_forwarded_and_the_temporary_folder_removed(tmp_path, sig, s
     )
     env = package_env({"TMPDIR": str(tmp_path)})
     p = subprocess.Popen(
-        [sys.executable, "-m", "cachalot", "capture", "-o", str(tmp_path / "t.pickle"), "--"]
-        + [str(TORCH_PYTHON), str(script)],
+        [
+            sys.executable,
+            "-m",
+            "cachalot",
+            "capture",
+            "-o",
+            str(tmp_path / "t.pickle"),
+            "--",
+            str(TORCH_PYTHON),
+            str(script),
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

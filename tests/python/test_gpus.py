@@ -35,7 +35,7 @@ def test_the_capture_profiles_are_the_native_table():
 
 
 def test_unknown_gpus_and_smallest_fitting():
-    with pytest.raises(gpus.UnknownGpu, match="'k80'.*known: t4"):
+    with pytest.raises(gpus.UnknownGpu, match=r"'k80'.*known: t4"):
         gpus.lookup("k80")
     assert gpus.smallest_fitting(14 << 30).key == "t4"
     assert gpus.smallest_fitting(1 << 50) is None

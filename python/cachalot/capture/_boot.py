@@ -121,7 +121,10 @@ def _user_traceback(e: BaseException):
     """`e`'s traceback without the frames of this module and of runpy above the user's code."""
     tb = e.__traceback__
     ours = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
-    name = lambda tb: tb.tb_frame.f_code.co_filename
+
+    def name(tb):
+        return tb.tb_frame.f_code.co_filename
+
     while tb is not None and (name(tb) in ours or os.path.abspath(name(tb)) in ours):
         tb = tb.tb_next
     return tb

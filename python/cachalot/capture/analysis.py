@@ -121,7 +121,9 @@ class Prediction:
         return asdict(self)
 
     def report(self) -> str:
-        g = lambda b: f"{b / GiB:.2f} GiB"
+        def g(b):
+            return f"{b / GiB:.2f} GiB"
+
         conf = f"PYTORCH_CUDA_ALLOC_CONF={self.conf}" if self.conf else "torch's default config"
         lines = [
             f"peak allocated      {g(self.peak_allocated)}",

@@ -105,7 +105,7 @@ def find_torch(python: str | None = None) -> TorchLayout:
         out = subprocess.run([exe, "-c", probe], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
         raise BuildError(f"cannot run {exe!r} to find torch: {e}") from e
-    lines = out.splitlines() + ["", ""]
+    lines = [*out.splitlines(), "", ""]
     torch_dir, version = lines[0].strip(), lines[1].strip()
     if not torch_dir:
         raise BuildError(
@@ -239,7 +239,7 @@ def cache_root() -> Path:
 def build_key(t: TorchLayout) -> str:
     """Changes when the sources, this builder or the torch build change."""
     h = hashlib.sha256()
-    for f in sorted(RUNTIME_SRC.iterdir()) + [Path(__file__)]:
+    for f in [*sorted(RUNTIME_SRC.iterdir()), Path(__file__)]:
         h.update(f.name.encode())
         h.update(f.read_bytes())
     cuda_so = t.torch_dir / "lib" / "libtorch_cuda.so"
