@@ -115,7 +115,7 @@ def _error() -> str:
 
 def _device_kind(device: Any) -> str:
     if device not in _DEVICES:
-        raise ArgumentError(f"device={device!r}: expected one of {', '.join(map(repr, _DEVICES))}")
+        raise ArgumentError(f"device={device!r}: expected one of {', '.join(_DEVICES)}")
     return device
 
 

@@ -57,11 +57,21 @@ GiB = float(1 << 30)
 
 
 def cli() -> list[str]:
-    for b in ("release", "debug"):
-        p = REPO / "target" / b / "cachalot"
-        if p.exists():
-            return [str(p)]
-    raise SystemExit("build the CLI first: cargo build --release -p cachalot-cli")
+    """The `cachalot` command: CACHALOT_BIN, else this checkout's newest build (scripts/test.sh
+    builds with the ci profile), else the installed package's console script."""
+    if os.environ.get("CACHALOT_BIN"):
+        return [os.environ["CACHALOT_BIN"]]
+    built = [REPO / "target" / b / "cachalot" for b in ("ci", "release", "debug")]
+    built = [p for p in built if p.exists()]
+    if built:
+        return [str(max(built, key=lambda p: p.stat().st_mtime))]
+    try:
+        import cachalot._native  # noqa: F401 (is the package with its native module importable?)
+    except ImportError:
+        raise SystemExit(
+            "build the CLI first (cargo build --release -p cachalot-cli), or install cachalot"
+        ) from None
+    return [sys.executable, "-m", "cachalot"]
 
 
 def measure(case: str, out: Path, python: str, conf: str | None, real: bool) -> dict:

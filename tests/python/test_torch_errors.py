@@ -88,7 +88,7 @@ def test_bad_arguments_raise_cachalot_errors_and_nothing_else_happens(torch_on_f
     # The messages quote what was given and say what would do.
     assert "1099511627776" in out["stats 2**40"][4] and "0..0" in out["stats 2**40"][4]
     assert "'a\\x00b'" in out["dump nul"][4] and "NUL" in out["dump nul"][4]
-    assert "'gpu'" in out["use bad device"][4] and "'sim'" in out["use bad device"][4]
+    assert "'gpu'" in out["use bad device"][4] and "cuda, sim" in out["use bad device"][4]
     assert "'everything'" in out["history enabled"][4]
     kind, cachalot_error, _, runtime_error, msg = out["use again"]
     assert (kind, cachalot_error, runtime_error) == ("AllocatorError", True, True)
