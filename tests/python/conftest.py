@@ -42,6 +42,20 @@ def cachalot_cli() -> list[str]:
     return [sys.executable, "-m", "cachalot"]
 
 
+def cli_stdout(*args: str) -> str:
+    """What the package's console script prints on stdout for `args`; an exit status other than
+    0 (success) or 1 (does not fit, ran out of memory) fails the test with its stderr."""
+    p = subprocess.run(
+        [*cachalot_cli(), *args],
+        env=package_env(),
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode in (0, 1), p.stderr
+    return p.stdout
+
+
 def package_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for a child interpreter that imports the package under test."""
     env = dict(os.environ)

@@ -4,30 +4,18 @@ CLI's errors as Python exceptions."""
 import gzip
 import json
 import pickle
-import subprocess
 import threading
 import time
 
 import pytest
 
 import cachalot
-from conftest import FIXTURES, cachalot_cli, package_env
+from conftest import FIXTURES
+from conftest import cli_stdout as cli_out
 
 TRACES = FIXTURES / "traces"
 OOM_SNAPSHOT = FIXTURES / "pickle" / "resnet50-train.oom-5G.pickle.gz"
 SMALL = min(TRACES.glob("*.csv.gz"), key=lambda p: p.stat().st_size)
-
-
-def cli_out(*args):
-    p = subprocess.run(
-        [*cachalot_cli(), *args],
-        env=package_env(),
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    assert p.returncode in (0, 1), p.stderr
-    return p.stdout
 
 
 def cli_json(*args):

@@ -4,12 +4,12 @@ snapshot taken at an out-of-memory), `cachalot.replay/tune/compare(...).to_dict(
 what the matching `cachalot ... --json` prints, and `str()` what the command prints."""
 
 import json
-import subprocess
 
 import pytest
 
 import cachalot
-from conftest import FIXTURES, cachalot_cli, package_env
+from conftest import FIXTURES
+from conftest import cli_stdout as cli
 
 PLAIN = min((FIXTURES / "traces").glob("*.csv.gz"), key=lambda p: p.stat().st_size)
 MULTI = FIXTURES / "snapshots" / "code_location_expandable_3gpu_oom.json.gz"
@@ -26,18 +26,6 @@ KINDS = [
     ("oom-snapshot", OOM, {}, []),
 ]
 IDS = [k[0] for k in KINDS]
-
-
-def cli(*args):
-    p = subprocess.run(
-        [*cachalot_cli(), *args],
-        env=package_env(),
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    assert p.returncode in (0, 1), p.stderr
-    return p.stdout
 
 
 def untimed(v):
