@@ -72,6 +72,9 @@ pub enum AdvisorError {
     /// Building the thread pool failed.
     #[error("cannot start worker threads: {0}")]
     Threads(String),
+    /// A stop was asked (Ctrl-C, SIGTERM) before the search finished.
+    #[error(transparent)]
+    Interrupted(#[from] cachalot_replay::interrupt::Interrupted),
 }
 
 /// Runs `f` on a rayon pool of `threads` threads (all cores when `None`).

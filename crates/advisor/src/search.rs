@@ -575,10 +575,13 @@ impl Shared {
         replay_one: &(impl Fn(&Candidate) -> Result<Outcome, AdvisorError> + Sync),
         outcomes: &mut [Option<Outcome>],
     ) -> Result<(), AdvisorError> {
+        // Replays cut short by a stop would pass for results: the search ends here instead.
+        cachalot_replay::interrupt::check()?;
         let done: Vec<Outcome> = wave
             .par_iter()
             .map(|&r| replay_one(&cands[reps[r]]))
             .collect::<Result<_, _>>()?;
+        cachalot_replay::interrupt::check()?;
         let mut known = lock_known(&self.known);
         for (&r, out) in wave.iter().zip(done) {
             let i = reps[r];

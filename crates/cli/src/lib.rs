@@ -10,6 +10,7 @@ mod cmd;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+use cachalot_trace::interrupt;
 use clap::{Parser, Subcommand};
 
 /// PyTorch's CUDA caching allocator, rebuilt in Rust, and the tool that tells you which
@@ -58,9 +59,29 @@ pub fn subcommands() -> Vec<String> {
 }
 
 /// Runs the command line `args` (the program name first) and returns the exit status:
-/// 0 success, 2 an error (printed on stderr), or what clap uses for bad arguments. Help and
-/// version go to stdout. Nothing here exits the process.
+/// 0 success, 2 an error (printed on stderr), or what clap uses for bad arguments, 130/143
+/// after Ctrl-C/SIGTERM ([`handle_signals`]). Help and version go to stdout. Nothing here
+/// exits the process, except a signal the command does not answer within [`GRACE`].
 pub fn run<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    handle_signals();
+    let status = run_command(args);
+    // A stop asked during the command: whatever it returned may be cut short (replays end
+    // early on a stop), so it is reported as the interruption, with the shell's status.
+    match interrupt::requested() {
+        Some(i) => {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "cachalot: {i}");
+            ExitCode::from(i.exit_status())
+        }
+        None => status,
+    }
+}
+
+fn run_command<I, T>(args: I) -> ExitCode
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
@@ -84,12 +105,58 @@ where
     match result {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        // [`run`] says it once, with the signal.
+        Err(_) if interrupt::requested().is_some() => ExitCode::from(2),
         Err(e) => {
             use std::io::Write;
             let _ = writeln!(std::io::stderr(), "cachalot: {e:#}");
             ExitCode::from(2)
         }
     }
+}
+
+/// How long a command has, after SIGINT or SIGTERM, to stop by itself (its loops check the
+/// stop flag; its writes fail and remove their temporary files) before the process ends
+/// anyway (a read blocked in the kernel, a long step that does not check).
+pub const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Installs, once per process, the handling of SIGINT and SIGTERM for [`run`]: the first
+/// signal asks the running command to stop ([`interrupt::request`]), so that it returns with
+/// nothing half-written and [`run`] exits 128 + the signal (130, 143). If the command has not
+/// returned [`GRACE`] later, or at a second signal, the temporary files in flight are removed
+/// and the process exits with that status at once; a file being replaced keeps its previous
+/// content. Where the handlers cannot be installed, the signals keep their default action.
+pub fn handle_signals() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
+            return;
+        };
+        let spawned = std::thread::Builder::new()
+            .name("cachalot-signals".to_string())
+            .spawn(move || {
+                let Some(first) = signals.forever().next() else {
+                    return;
+                };
+                interrupt::request(first);
+                let deadline = std::time::Instant::now() + GRACE;
+                // A second signal ends the wait at once.
+                while std::time::Instant::now() < deadline && signals.pending().next().is_none() {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                interrupt::remove_temp_files();
+                let status = interrupt::requested().map_or(130, |i| i.exit_status());
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "cachalot: {}",
+                    interrupt::Interrupted { signal: first }
+                );
+                std::process::exit(i32::from(status));
+            });
+        drop(spawned);
+    });
 }
 
 /// The number behind an [`ExitCode`] (the standard library has no getter; every code [`run`]

@@ -306,6 +306,20 @@ enum Stop {
     Fatal(u64, AllocError),
 }
 
+/// Rows between two checks of the stop flag ([`cachalot_trace::interrupt`]): a check costs
+/// one relaxed load; 4,096 rows take well under a millisecond.
+const INTERRUPT_EVERY: usize = 4096;
+
+/// [`Stop::Early`] at every [`INTERRUPT_EVERY`]-th row once a stop is asked (Ctrl-C, SIGTERM):
+/// the replay ends as a cut-short one, and the front end that asked reports the interruption.
+#[inline(always)]
+fn interrupted_at(i: usize) -> Result<(), Stop> {
+    if i.is_multiple_of(INTERRUPT_EVERY) && cachalot_trace::interrupt::requested().is_some() {
+        return Err(Stop::Early);
+    }
+    Ok(())
+}
+
 /// A replay in progress: the allocator and what the rows have done to it so far.
 struct Run<'t> {
     trace: &'t LoadedTrace,
@@ -392,6 +406,7 @@ impl<'t> Run<'t> {
         hook: &mut Option<(usize, &mut ReplayHook<'_>)>,
     ) -> Result<(), (usize, Stop)> {
         for (i, op) in self.trace.ops.iter().enumerate() {
+            interrupted_at(i).map_err(|stop| (i, stop))?;
             if self.opts.log_segments {
                 self.tag.store(op.line() as i64, Ordering::Relaxed);
             }
@@ -416,6 +431,10 @@ impl<'t> Run<'t> {
         let mut events = 0u64;
         let mut end = Ok(());
         for (i, op) in self.trace.ops.iter().enumerate() {
+            if let Err(stop) = interrupted_at(i) {
+                end = Err((i, stop));
+                break;
+            }
             events += u64::from(!matches!(op, TraceOp::Pool { .. }));
             let step = match self.row(i, op) {
                 Ok(oom_now) if hooked && (oom_now || i == next_hook) => {

@@ -21,6 +21,9 @@ pub mod pools;
 pub mod report;
 mod target;
 
+/// Cancellation (Ctrl-C, SIGTERM): the flag the replay loop checks.
+pub use cachalot_trace::interrupt;
+
 pub use engine::{
     OomEvent, OomSummary, Progress, ReplayError, ReplayHook, ReplayOptions, ReplayReport, Sample,
     replay, replay_with_hook,

@@ -34,6 +34,7 @@
 
 pub mod error;
 pub mod ids;
+pub mod interrupt;
 pub mod output;
 mod pool_rows;
 pub mod rmm;
@@ -89,10 +90,13 @@ pub fn decompressed<'a, R: Read + Send + 'a>(
 }
 
 /// Opens a file for reading, decompressing it on the fly if it is gzip ([`decompressed`]).
+/// The reading stops with [`interrupt::Interrupted`] once a stop is asked, and a FIFO with no
+/// writer yet is waited for interruptibly ([`interrupt::open_read`]).
 pub fn open_decompressed(path: &Path) -> Result<Box<dyn BufRead + Send>, TraceError> {
     let open_err = |source| TraceError::Open {
         path: path.to_path_buf(),
         source,
     };
-    decompressed(File::open(path).map_err(open_err)?).map_err(open_err)
+    let file: File = interrupt::open_read(path).map_err(open_err)?;
+    decompressed(interrupt::Reader(file)).map_err(open_err)
 }

@@ -13,11 +13,16 @@
 //! - a block device, a folder, an empty name: refused, with a message saying what would do.
 //!
 //! Nothing else is ever removed or replaced: a failed write leaves no temporary file behind.
+//! A stop asked while writing ([`crate::interrupt`]: Ctrl-C, SIGTERM) fails the write with
+//! `Interrupted`, the previous file kept; a signal path that ends the process at once removes
+//! the temporary files in flight first ([`crate::interrupt::remove_temp_files`]).
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+use crate::interrupt::{self, Writer};
 
 /// How [`write_atomic`] will write a path (from [`check_output`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,13 +159,14 @@ pub fn write_atomic(
     match check_output(path)? {
         Target::Stdout => {
             let out = io::stdout();
-            let mut w = BufWriter::new(out.lock());
+            let mut w = BufWriter::new(Writer(out.lock()));
             write(&mut w)?;
             w.flush()
         }
         Target::Stream(p) => {
-            let f = OpenOptions::new().write(true).open(&p)?;
-            let mut w = BufWriter::new(f);
+            // A FIFO with no reader yet is waited for until a stop is asked.
+            let f = interrupt::open_write(&p)?;
+            let mut w = BufWriter::new(Writer(f));
             write(&mut w)?;
             w.flush()
         }
@@ -192,8 +198,10 @@ fn replace_file(
         .suffix(".tmp")
         .permissions(fs::Permissions::from_mode(mode))
         .tempfile_in(folder_of(path))?;
+    // Until it is renamed, a signal path that ends the process removes it.
+    let _registered = interrupt::TempGuard::new(tmp.path());
     {
-        let mut w = BufWriter::new(tmp.as_file());
+        let mut w = BufWriter::new(Writer(tmp.as_file()));
         write(&mut w)?;
         w.flush()?;
     }
@@ -203,6 +211,8 @@ fn replace_file(
         f.set_permissions(fs::Permissions::from_mode(mode))?;
     }
     f.sync_all()?;
+    // A stop asked while the content was written: the previous file stays.
+    interrupt::check().map_err(interrupt::io_error)?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }
