@@ -10,13 +10,15 @@
 //! arithmetic and bookkeeping), `passes` (torch's load-time scan and its two passes, and the
 //! public parse functions), `environment` (which variables torch reads, the no-caching
 //! variables, and [`Settings::resolve`], the one place the process environment becomes a configuration),
-//! `errors` ([`ConfigError`], [`Warning`]).
+//! `errors` ([`ConfigError`], [`Warning`]), `versions` (what torch 2.4 … 2.14 accept and
+//! decide differently: [`TorchVersion`]).
 
 mod environment;
 mod errors;
 mod keys;
 mod passes;
 mod tokenizer;
+mod versions;
 mod walker;
 
 pub use environment::{
@@ -26,6 +28,9 @@ pub use environment::{
 pub use errors::{ConfigError, Warning};
 pub use keys::{KEYS, KeyDoc, Pass, lookup};
 pub use passes::{apply_cachalot, parse_cachalot, parse_pytorch};
+pub use versions::{
+    DIFFERENCES, Difference, DifferenceRow, TorchVersion, VersionError, VersionNote,
+};
 
 /// One mebibyte.
 pub const MIB: u64 = 1 << 20;
