@@ -254,7 +254,7 @@ pub fn min_capacity(
     opts: &TuneOptions,
 ) -> Result<MinCapacityResult, AdvisorError> {
     check_trace(trace)?;
-    let space = SearchSpace::for_trace(trace);
+    let space = SearchSpace::for_trace(trace).for_release(opts.release);
     let search = CapacitySearch {
         trace,
         lo: proven_too_small(trace),

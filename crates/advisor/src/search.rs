@@ -22,6 +22,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use cachalot_core::config::TorchVersion;
 use rayon::prelude::*;
 
 use crate::cost::CostModel;
@@ -54,6 +55,9 @@ pub struct TuneOptions<'a> {
     /// The user's own configuration (e.g. the one a snapshot recorded): replayed to the end
     /// and shown with its rank.
     pub own: Option<Candidate>,
+    /// The torch release the recommendation is for: the search keeps to what it accepts
+    /// and decides as 2.15 does ([`SearchSpace::for_release`]).
+    pub release: TorchVersion,
 }
 
 impl TuneOptions<'_> {
@@ -66,6 +70,7 @@ impl TuneOptions<'_> {
             top: 8,
             progress: None,
             own: None,
+            release: TorchVersion::NEWEST,
         }
     }
 }
@@ -181,7 +186,7 @@ pub(crate) fn explore<S: Clone>(
      -> Result<(), AdvisorError> {
         let fresh: Vec<Candidate> = dedup(settings)
             .into_iter()
-            .filter(|s| tried.insert(*s))
+            .filter(|s| space.allows(s) && tried.insert(*s))
             .map(Candidate::from_settings)
             .collect::<Result<_, _>>()?;
         if fresh.is_empty() {
@@ -308,7 +313,7 @@ pub fn tune_with_seeds(
     check_trace(trace)?;
     check_capacity(opts.capacity)?;
     let start = Instant::now();
-    let space = SearchSpace::for_trace(trace);
+    let space = SearchSpace::for_trace(trace).for_release(opts.release);
     let top = opts.top.max(1);
     let leaders = Mutex::new(Leaders {
         top,
@@ -330,6 +335,7 @@ pub fn tune_with_seeds(
             Settings::ADVICE_EXPANDABLE,
         ];
         seeds.extend_from_slice(extra);
+        seeds.retain(|s| space.allows(s));
         let seeds = dedup(seeds);
         let mut seed_cands: Vec<Candidate> = seeds
             .iter()

@@ -10,12 +10,17 @@
 //! | `garbage_collection_threshold` + `per_process_memory_fraction` | off, 0.6/0.95, 0.8/0.95, 0.6/0.99, 0.8/0.99 (GC works only with a fraction below 1, and the fraction caps reserved memory at that share of the device) |
 //!
 //! Every candidate is written as a string and parsed by the same parser that mirrors torch
-//! 2.15's, so every recommendation is a string torch accepts.
+//! 2.15's, so every recommendation is a string torch accepts. For an older torch release
+//! ([`SearchSpace::for_release`]) the space keeps only what that release's parser accepts
+//! and decides as 2.15 does (`cachalot_core::config::versions`): no `max_non_split_rounding_mb`
+//! before 2.6, no garbage collection with a fraction before 2.10 (`per_process_memory_fraction`
+//! is not a key there), no `>` rounding lists before 2.9, and on 2.4 no expandable segments
+//! together with `max_split_size_mb` or garbage collection.
 
 use std::fmt;
 
 use cachalot_core::AllocConf;
-use cachalot_core::config::parse_pytorch;
+use cachalot_core::config::{TorchVersion, parse_pytorch};
 use cachalot_core::size::request_sizes;
 use cachalot_replay::TraceOp;
 
@@ -192,6 +197,9 @@ pub struct SearchSpace {
     pub roundup: Vec<Roundup>,
     /// GC choices (indices into [`GC_CHOICES`]).
     pub gc: Vec<usize>,
+    /// Whether expandable segments may be combined with `max_split_size_mb` or garbage
+    /// collection (torch 2.4 decides those combinations otherwise than 2.15).
+    pub expandable_combined: bool,
 }
 
 /// One axis of the space, for coordinate moves.
@@ -233,7 +241,37 @@ impl SearchSpace {
                 .chain((0..ROUNDUP_LISTS.len()).map(Roundup::List))
                 .collect(),
             gc: (0..GC_CHOICES.len()).collect(),
+            expandable_combined: true,
         }
+    }
+
+    /// This space without what `release` rejects or decides otherwise than torch 2.15 (the
+    /// module's header lists it); [`TorchVersion::NEWEST`] keeps it whole.
+    pub fn for_release(mut self, release: TorchVersion) -> Self {
+        let probe = |conf: &str| release.check(conf).is_empty();
+        if !probe("max_non_split_rounding_mb:64") {
+            self.non_split_mb.clear();
+        }
+        if !probe("garbage_collection_threshold:0.6,per_process_memory_fraction:0.95") {
+            self.gc.clear();
+        }
+        self.roundup.retain(|r| match r {
+            Roundup::List(i) => probe(&format!("roundup_power2_divisions:{}", ROUNDUP_LISTS[*i])),
+            _ => true,
+        });
+        self.expandable_combined = probe("expandable_segments:True,max_split_size_mb:64");
+        self
+    }
+
+    /// Whether `s` is a point of this space (seeds from elsewhere are checked with it).
+    pub fn allows(&self, s: &Settings) -> bool {
+        s.is_canonical()
+            && s.non_split_mb
+                .is_none_or(|n| self.non_split_mb.contains(&n))
+            && s.gc.is_none_or(|g| self.gc.contains(&g))
+            && (s.roundup == Roundup::Off || self.roundup.contains(&s.roundup))
+            && (self.expandable_combined
+                || !(s.expandable && (s.max_split_mb.is_some() || s.gc.is_some())))
     }
 
     /// The values of one dimension, the "unset" one included.
@@ -297,7 +335,7 @@ impl SearchSpace {
                 }
             }
         }
-        out.retain(Settings::is_canonical);
+        out.retain(|s| self.allows(s));
         out
     }
 
@@ -345,6 +383,7 @@ impl SearchSpace {
                 }
             }
         }
+        v.retain(|s| self.allows(s));
         dedup(v)
     }
 
@@ -495,6 +534,7 @@ mod tests {
             non_split_mb: NON_SPLIT_MB.to_vec(),
             roundup: SearchSpace::for_trace(&cachalot_replay::LoadedTrace::default()).roundup,
             gc: (0..GC_CHOICES.len()).collect(),
+            expandable_combined: true,
         };
         let mut n = 0;
         for s in space.singles() {
@@ -541,6 +581,42 @@ mod tests {
         let space = SearchSpace::for_trace(&trace);
         assert_eq!(space.max_split_mb, vec![64, 128, 256, 512]);
         assert_eq!(space.non_split_mb, vec![64, 256]);
+    }
+
+    #[test]
+    fn an_older_release_searches_only_what_it_accepts_and_decides_alike() {
+        let release = |s: &str| s.parse::<TorchVersion>().unwrap();
+        let csv = format!(
+            "Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x1,{},0\n",
+            300u64 << 20
+        );
+        let whole = SearchSpace::for_trace(&cachalot_replay::load_bytes(csv.as_bytes()).unwrap());
+        assert!(!whole.non_split_mb.is_empty());
+        assert_eq!(whole.clone().for_release(TorchVersion::NEWEST).gc, whole.gc);
+        for (r, gc, non_split, lists, combined) in [
+            ("2.4", false, false, false, false),
+            ("2.5", false, false, false, true),
+            ("2.6", false, true, false, true),
+            ("2.9", false, true, true, true),
+            ("2.10", true, true, true, true),
+        ] {
+            let space = whole.clone().for_release(release(r));
+            assert_eq!(!space.gc.is_empty(), gc, "{r}");
+            assert_eq!(!space.non_split_mb.is_empty(), non_split, "{r}");
+            assert_eq!(
+                space.roundup.iter().any(|x| matches!(x, Roundup::List(_))),
+                lists,
+                "{r}"
+            );
+            assert_eq!(space.expandable_combined, combined, "{r}");
+            // every point it can reach is a line that release accepts with 2.15's meaning
+            for s in space.singles() {
+                for t in space.neighbours(&s) {
+                    let notes = release(r).check(&t.to_string());
+                    assert!(notes.is_empty(), "{r}: {t}: {notes:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -14,6 +14,8 @@ use cachalot_replay::pool_account::{
     PoolPeaks, pool_peaks_brief, pool_peaks_json, pool_peaks_text,
 };
 
+use cachalot_core::config::TorchVersion;
+
 use crate::Notes;
 use crate::workload::{AdvisorOptions, Loaded};
 
@@ -28,6 +30,8 @@ pub struct TuneRequest {
     pub min_capacity: bool,
     /// How many of the best to keep exact and show.
     pub top: usize,
+    /// The torch release to recommend for (`None`: 2.15, whose decisions cachalot replays).
+    pub release: Option<TorchVersion>,
     /// Loading, capacity and cost-model options.
     pub common: AdvisorOptions,
 }
@@ -50,6 +54,11 @@ pub struct Tuned {
     pub outcome: TuneOutcome,
     /// The pools' accounts of the recommendation, where the workload uses pools.
     pub pools: Option<TunePools>,
+    /// The torch release recommended for.
+    pub release: TorchVersion,
+    /// What that release makes of the workload's own configuration, where it differs from
+    /// torch 2.15 (rejected keys, other decisions).
+    pub own_release_notes: Vec<String>,
     cost: CostModel,
     threads: Option<usize>,
 }
@@ -70,13 +79,26 @@ pub fn tune(
         source.capacity_note = note;
         c
     };
+    let release = req.release.unwrap_or(TorchVersion::NEWEST);
+    let own = w.own_candidate(notes);
+    let own_release_notes = own
+        .as_ref()
+        .map(|c| {
+            release
+                .check(&c.label)
+                .iter()
+                .map(|n| n.to_string())
+                .collect()
+        })
+        .unwrap_or_default();
     let opts = TuneOptions {
         capacity,
         cost: cost.clone(),
         threads: req.common.threads,
         top: req.top.max(1),
         progress,
-        own: w.own_candidate(notes),
+        own,
+        release,
     };
     let (outcome, pools) = if req.min_capacity {
         let r = min_capacity(&w.traces, &opts)?;
@@ -95,6 +117,8 @@ pub fn tune(
         source,
         outcome,
         pools,
+        release,
+        own_release_notes,
         cost,
         threads: req.common.threads,
     })
@@ -111,6 +135,20 @@ impl Tuned {
 
     /// What `tune --json` prints.
     pub fn json(&self) -> serde_json::Value {
+        let mut v = self.outcome_json();
+        if let Some(m) = v.as_object_mut() {
+            m.insert("torch".into(), self.release.to_string().into());
+            if !self.own_release_notes.is_empty() {
+                m.insert(
+                    "own_config_on_torch".into(),
+                    self.own_release_notes.clone().into(),
+                );
+            }
+        }
+        v
+    }
+
+    fn outcome_json(&self) -> serde_json::Value {
         match &self.outcome {
             TuneOutcome::Search(r) => {
                 let mut v = text::tune_json(r);
@@ -140,6 +178,28 @@ impl Tuned {
         };
         if let Some(p) = &self.pools {
             out.push_str(&p.text());
+        }
+        out.push_str(&self.release_text());
+        out
+    }
+
+    /// The lines on the torch release: for an older one, what the search kept to and what
+    /// it makes of the workload's own configuration.
+    fn release_text(&self) -> String {
+        let mut out = String::new();
+        if self.release != TorchVersion::NEWEST {
+            out.push_str(&format!(
+                "\nfor torch {}: only keys and values it accepts, and only settings it decides as \
+                 torch {} does, whose decisions the replays make\n",
+                self.release,
+                TorchVersion::NEWEST
+            ));
+        }
+        for n in &self.own_release_notes {
+            out.push_str(&format!(
+                "note: your configuration on torch {}: {n}\n",
+                self.release
+            ));
         }
         out
     }

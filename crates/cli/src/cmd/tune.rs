@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use cachalot_advisor::Tick;
 use cachalot_app::tune::{TuneRequest, tune};
+use cachalot_core::config::TorchVersion;
 
 use crate::args::{AdvisorArgs, Progress, note, parse_capacity, write_html};
 
@@ -28,8 +29,17 @@ pub struct Args {
     /// How many of the best configurations to show (and keep exact).
     #[arg(long, default_value_t = 8, value_name = "N")]
     top: usize,
+    /// The torch release the job runs on (2.4 … 2.15, e.g. 2.9 or 2.9.1+cu128): recommend
+    /// only keys and values it accepts, and settings it decides as 2.15 does. Default: 2.15.
+    #[arg(long, value_name = "VERSION", value_parser = parse_release)]
+    torch: Option<TorchVersion>,
     #[command(flatten)]
     common: AdvisorArgs,
+}
+
+fn parse_release(s: &str) -> Result<TorchVersion, String> {
+    s.parse()
+        .map_err(|e: cachalot_core::config::VersionError| e.to_string())
 }
 
 /// Runs `cachalot tune`.
@@ -43,6 +53,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         capacity: a.capacity,
         min_capacity: a.min_capacity,
         top: a.top,
+        release: a.torch,
         common: a.common.options(),
     };
     let progress = Progress::new(a.common.quiet);
