@@ -2,8 +2,10 @@
 # Sets up, outside the clone, what the Python tests need, reusing whatever is already there:
 #   a virtual environment ($CACHALOT_VENV, default ~/.cache/cachalot-torch) with maturin,
 #   pytest, ruff and mypy (its stubtest checks cachalot/_native.pyi);
-#   with --torch: torch 2.15.0 (+ transformers, torchvision) in it, and the fake GPU stack of
-#   ../shared/fakegpu built into $FAKEGPU_BUILD (default ~/.cache/cachalot-fakegpu).
+#   with --torch: torch 2.15.0 (+ transformers, torchvision) in it, the fake GPU stack of
+#   ../shared/fakegpu built into $FAKEGPU_BUILD (default ~/.cache/cachalot-fakegpu), and torch
+#   2.9.1 (PyPI's CUDA 12.8 wheel) in a second venv ($CACHALOT_TORCH29_VENV, default
+#   ~/.cache/cachalot-torch29), whose own parser judges `tune --torch 2.9`.
 # Where torch cannot be installed it says why and goes on: those tests then skip, saying so.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +37,14 @@ if [[ "${1:-}" == "--torch" ]]; then
     else
       echo "python_env: SKIP fake GPU: no $FAKEGPU/build.sh or no torch; the PyTorch tests will skip"
     fi
+  fi
+fi
+if [[ "${1:-}" == "--torch" ]]; then
+  V29="${CACHALOT_TORCH29_VENV:-$HOME/.cache/cachalot-torch29}"
+  if ! "$V29/bin/python" -c 'import torch, sys; sys.exit(not torch.__version__.startswith("2.9.1"))' 2>/dev/null; then
+    echo "python_env: installing torch 2.9.1 into $V29 (once)"
+    { [[ -x "$V29/bin/python" ]] || python3 -m venv "$V29"; } && "$V29/bin/python" -m pip install -q torch==2.9.1 \
+      || echo "python_env: SKIP torch 2.9.1: could not install it; its version tests will skip"
   fi
 fi
 echo "$PY"

@@ -71,6 +71,7 @@ def tune(
     headroom: int | None = None,
     device: int | None = None,
     all_devices: bool = False,
+    torch: str | None = None,
 ) -> tuple[str, str, str]: ...
 def compare(
     traces: list[str],

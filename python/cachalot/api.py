@@ -278,10 +278,13 @@ def tune(
     threads: int | None = None,
     cost: dict[str, float] | None = None,
     html: bool = True,
+    torch: str | None = None,
 ) -> TuneResult:
     """Which PYTORCH_CUDA_ALLOC_CONF for `traces` on a device of `capacity` (`cachalot tune`).
     `gpu`: a GPU name instead of a capacity; without either, a snapshot's recorded capacity.
-    `html`: also build the HTML report (shown inline in Jupyter)."""
+    `html`: also build the HTML report (shown inline in Jupyter).
+    `torch`: the release the job runs on ("2.9", "2.9.1+cu128"; default 2.15): only keys and
+    values it accepts are recommended."""
     with _paths(traces) as ps:
         data, text, page = _native.tune(
             ps,
@@ -295,6 +298,7 @@ def tune(
             _size(headroom, "headroom"),
             _count(device, "device"),
             all_devices,
+            torch,
         )
     return TuneResult(json.loads(data), text, page)
 

@@ -125,7 +125,7 @@ fn advisor(
 
 /// `cachalot tune` (`min_capacity=True`: `--min-capacity`): (JSON, text, HTML or "").
 #[pyfunction]
-#[pyo3(signature = (traces, capacity=None, min_capacity=false, top=8, threads=None, costs=vec![], html=false, gpu=None, headroom=None, device=None, all_devices=false))]
+#[pyo3(signature = (traces, capacity=None, min_capacity=false, top=8, threads=None, costs=vec![], html=false, gpu=None, headroom=None, device=None, all_devices=false, torch=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn tune(
     py: Python<'_>,
@@ -140,13 +140,19 @@ pub fn tune(
     headroom: Option<u64>,
     device: Option<u32>,
     all_devices: bool,
+    torch: Option<String>,
 ) -> PyResult<(String, String, String)> {
+    let release = torch
+        .map(|t| t.parse::<cachalot_core::config::TorchVersion>())
+        .transpose()
+        .map_err(|e| ArgumentError::new_err(e.to_string()))?;
     detached(py, move || {
         let req = TuneRequest {
             traces,
             capacity,
             min_capacity,
             top,
+            release,
             common: advisor(device, all_devices, gpu, headroom, threads, costs),
         };
         let r = cachalot_app::tune::tune(&req, None, &mut silent)?;
