@@ -32,6 +32,7 @@
 // string of `cachalot_dump_snapshot`; each use says why it is sound.
 #![allow(unsafe_code)]
 
+mod device_log;
 mod host;
 mod pools;
 mod report;

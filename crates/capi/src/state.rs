@@ -10,7 +10,9 @@
 //! - `CACHALOT_DEVICE`: `cuda` (default) or `sim` (the simulated GPU, for tests anywhere);
 //! - `CACHALOT_SIM_CAPACITY`: the simulated GPU's memory (`80G` by default; read by
 //!   [`cachalot::parse_byte_size`]);
-//! - `CACHALOT_VERBOSE=1`: one line on stderr saying what was set up.
+//! - `CACHALOT_VERBOSE=1`: one line on stderr saying what was set up;
+//! - `CACHALOT_DEVICE_LOG=FILE`: every device memory call written to FILE, which must not
+//!   exist yet (see `device_log`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -53,6 +55,8 @@ pub struct Global {
     /// History recording asked for by `cachalot_record_history`, applied to devices opened
     /// later too: `None` = off, else the number of entries kept.
     pub history: Mutex<Option<usize>>,
+    /// `CACHALOT_DEVICE_LOG`'s log, shared by every device opened.
+    device_log: Option<std::sync::Arc<crate::device_log::CallLog>>,
 }
 
 static GLOBAL: OnceLock<Result<Global, String>> = OnceLock::new();
@@ -81,6 +85,10 @@ impl Global {
             Ok(s) => parse_byte_size(&s).map_err(|e| format!("CACHALOT_SIM_CAPACITY: {e}"))?,
             Err(_) => 80 << 30,
         };
+        let device_log = match std::env::var("CACHALOT_DEVICE_LOG") {
+            Ok(path) if !path.is_empty() => Some(crate::device_log::CallLog::create(&path)?),
+            _ => None,
+        };
         if std::env::var("CACHALOT_VERBOSE").as_deref() == Ok("1") {
             crate::report::report(&format!(
                 "{:?} devices, backend {:?}, configuration from {}",
@@ -99,6 +107,7 @@ impl Global {
             init_device_count: AtomicU64::new(0),
             dump_lock: Mutex::new(()),
             history: Mutex::new(None),
+            device_log,
         })
     }
 
@@ -117,7 +126,7 @@ impl Global {
     /// names its device: record_stream has no device), the segment sources' the slots above
     /// those, so that no two hand out the same address.
     fn new_device(&self, index: usize, slot: usize) -> Result<Box<dyn Device>, String> {
-        Ok(match self.kind {
+        let device: Box<dyn Device> = match self.kind {
             Kind::Sim => {
                 let config =
                     SimConfig::device_of_many(slot, self.sim_capacity).ok_or_else(|| {
@@ -131,6 +140,10 @@ impl Global {
                 Box::new(SimDevice::new(config))
             }
             Kind::Cuda => Box::new(cachalot::CudaDevice::new(index).map_err(|e| e.to_string())?),
+        };
+        Ok(match &self.device_log {
+            Some(log) => Box::new(crate::device_log::Logged::new(device, log.clone())),
+            None => device,
         })
     }
 
