@@ -1,7 +1,7 @@
 """The capture runtime's simulated CUDA driver (libcuda.so.1), called the way cachalot's CUDA
-device (crates/cuda) calls it: it exports every entry point crates/cuda resolves, and misuse
+device (crates/cuda) calls it: it exports every entry point crates/cuda resolves, misuse
 (unmapped ranges, wrong granularity, double release, a pop with nothing pushed) gets the real
-driver's result code, never a crash."""
+driver's result code, never a crash, and what the driver's copies write they read back."""
 
 from __future__ import annotations
 
@@ -72,6 +72,16 @@ MISUSE = textwrap.dedent(
     buf = ctypes.create_string_buffer(64)
     call("copy_in", "cuMemcpyDtoH_v2", buf, U64(p.value + 64), SZ(64))
     call("copy_past_end", "cuMemcpyDtoH_v2", buf, U64(p.value + (3 << 20) - 32), SZ(64))
+    data = bytes(range(256)) * 40  # 10 KiB from an odd offset: three pages of the store
+    src, back = ctypes.create_string_buffer(data, len(data)), ctypes.create_string_buffer(len(data))
+    call("write", "cuMemcpyHtoD_v2", U64(p.value + 4000), src, SZ(len(data)))
+    call("read_back", "cuMemcpyDtoH_v2", back, U64(p.value + 4000), SZ(len(data)))
+    r["read_back_what_was_written"] = back.raw == data
+    call("read_part", "cuMemcpyDtoH_v2", back, U64(p.value + 4096), SZ(100))
+    r["read_part_matches"] = back.raw[:100] == data[96:196]
+    never = ctypes.create_string_buffer(bytes([255]) * 64, 64)
+    call("read_unwritten", "cuMemcpyDtoH_v2", never, U64(p.value + (2 << 20)), SZ(64))
+    r["unwritten_reads_zeros"] = never.raw == bytes(64)
     call("free", "cuMemFree_v2", p)
     call("free_again", "cuMemFree_v2", p)
     call("copy_freed", "cuMemcpyHtoD_v2", p, buf, SZ(64))
@@ -153,6 +163,13 @@ def test_misuse_gets_the_real_drivers_codes(runtime):
         "alloc": SUCCESS,
         "copy_in": SUCCESS,
         "copy_past_end": INVALID_VALUE,
+        "write": SUCCESS,
+        "read_back": SUCCESS,
+        "read_back_what_was_written": True,
+        "read_part": SUCCESS,
+        "read_part_matches": True,
+        "unwritten_reads_zeros": True,
+        "read_unwritten": SUCCESS,
         "free": SUCCESS,
         "free_again": INVALID_VALUE,
         "copy_freed": INVALID_VALUE,

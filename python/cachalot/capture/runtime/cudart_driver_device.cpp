@@ -10,6 +10,13 @@
 // a pop with nothing pushed, CUDA_ERROR_INVALID_HANDLE for an event destroyed twice), never a
 // crash. A failed driver call leaves the runtime's last error (cudaGetLastError) untouched,
 // as on a real GPU, where the two APIs keep separate error state.
+//
+// The driver's copies keep what they write, by 4 KiB page (cuMemcpyHtoD stores, cuMemcpyDtoH
+// reads back; a page never written reads as zeros), so that a program checking its data, as
+// crates/cuda's tests do, runs here as on a GPU. Only the driver API's copies: the runtime's
+// (torch's) keep nothing, and kernels compute nothing.
+#include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "cudart_internal.h"
@@ -74,6 +81,37 @@ bool covered(uint64_t p, uint64_t n) {
     ++it;
   }
   return false;
+}
+
+constexpr uint64_t kPage = 4096;
+std::mutex g_pages_mu;
+std::unordered_map<uint64_t, std::unique_ptr<uint8_t[]>> g_pages;  // page address -> bytes
+
+// Copies `n` bytes into the pages from device address `dst` on (store), or out of them (load).
+void store(uint64_t dst, const void* src, size_t n) {
+  std::lock_guard<std::mutex> g(g_pages_mu);
+  const auto* from = static_cast<const uint8_t*>(src);
+  for (uint64_t at = dst, end = dst + n; at < end;) {
+    uint64_t page = at & ~(kPage - 1), len = std::min(end, page + kPage) - at;
+    auto& bytes = g_pages[page];
+    if (!bytes) bytes.reset(new uint8_t[kPage]());
+    memcpy(bytes.get() + (at - page), from, len);
+    from += len;
+    at += len;
+  }
+}
+
+void load(void* dst, uint64_t src, size_t n) {
+  std::lock_guard<std::mutex> g(g_pages_mu);
+  auto* to = static_cast<uint8_t*>(dst);
+  for (uint64_t at = src, end = src + n; at < end;) {
+    uint64_t page = at & ~(kPage - 1), len = std::min(end, page + kPage) - at;
+    auto it = g_pages.find(page);
+    if (it == g_pages.end()) memset(to, 0, len);
+    else memcpy(to, it->second.get() + (at - page), len);
+    to += len;
+    at += len;
+  }
 }
 
 bool valid_pool(CUmemoryPool pool) {
@@ -169,15 +207,19 @@ CUresult fk_cuMemGetInfo(size_t* free, size_t* total) {
 CUresult fk_cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t n) {
   if (n == 0) return CUDA_SUCCESS;
   if (!dst || !covered(src, n)) return CUDA_ERROR_INVALID_VALUE;
-  return via_runtime(
+  CUresult r = via_runtime(
       [&] { return cudaMemcpy(dst, reinterpret_cast<void*>(src), n, cudaMemcpyDeviceToHost); });
+  if (r == CUDA_SUCCESS) load(dst, src, n);  // the runtime counted the copy and wrote zeros
+  return r;
 }
 
 CUresult fk_cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t n) {
   if (n == 0) return CUDA_SUCCESS;
   if (!src || !covered(dst, n)) return CUDA_ERROR_INVALID_VALUE;
-  return via_runtime(
+  CUresult r = via_runtime(
       [&] { return cudaMemcpy(reinterpret_cast<void*>(dst), src, n, cudaMemcpyHostToDevice); });
+  if (r == CUDA_SUCCESS) store(dst, src, n);
+  return r;
 }
 
 // --- the default stream-ordered pool -----------------------------------------------------------
