@@ -37,6 +37,8 @@ pub struct CudaDevice {
     vmm: bool,
     pools: bool,
     granularity: u64,
+    /// This device's address reservations (base → size), for the copies' range check.
+    reservations: std::collections::BTreeMap<u64, u64>,
     h: Handles,
 }
 
@@ -118,6 +120,7 @@ impl CudaDevice {
             vmm: false,
             pools: false,
             granularity: 2 << 20,
+            reservations: Default::default(),
             h: Handles {
                 ctx,
                 pool: ptr::null_mut(),
@@ -260,22 +263,36 @@ impl CudaDevice {
         Ok(e)
     }
 
-    /// Checks that `[ptr, ptr + len)` lies inside one device allocation the driver knows.
+    /// Checks that `[ptr, ptr + len)` is device memory the driver knows: inside one
+    /// allocation, or, inside one of this device's address reservations, across consecutive
+    /// mappings (an expandable segment's pages, each of which the driver reports as its own
+    /// range).
     fn check_range(&self, ptr: u64, len: usize, call_name: &'static str) -> DeviceResult<()> {
-        let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
-        // Safety: writes the base and size of the allocation holding `ptr` into valid
-        // out-pointers, or fails for an address the driver did not allocate.
-        call("cuMemGetAddressRange", || unsafe {
-            sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr)
-        })?;
-        let end = ptr.checked_add(len as u64);
-        if end.is_none_or(|end| end > base + size as u64) {
-            return Err(DeviceError::Driver {
-                call: call_name,
-                message: format!(
-                    "{len} bytes at {ptr:#x} overrun the allocation [{base:#x}, +{size})"
-                ),
-            });
+        let fail = |what: String| DeviceError::Driver {
+            call: call_name,
+            message: format!("{len} bytes at {ptr:#x} {what}"),
+        };
+        let end = ptr
+            .checked_add(len as u64)
+            .ok_or_else(|| fail("pass the end of the address space".into()))?;
+        let reserved = self
+            .reservations
+            .range(..=ptr)
+            .next_back()
+            .is_some_and(|(&base, &size)| end <= base + size);
+        let mut at = ptr;
+        while at < end {
+            let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
+            // Safety: writes the base and size of the allocation holding `at` into valid
+            // out-pointers, or fails for an address the driver did not allocate.
+            call("cuMemGetAddressRange", || unsafe {
+                sys::cuMemGetAddressRange_v2(&mut base, &mut size, at)
+            })?;
+            let next = base.saturating_add(size as u64);
+            if next <= at || (next < end && !reserved) {
+                return Err(fail(format!("overrun the allocation [{base:#x}, +{size})")));
+            }
+            at = next;
         }
         Ok(())
     }
@@ -428,6 +445,7 @@ impl Device for CudaDevice {
         call("cuMemAddressReserve", || unsafe {
             sys::cuMemAddressReserve(&mut p, size as usize, 0, 0, 0)
         })?;
+        self.reservations.insert(p, size);
         Ok(p)
     }
 
@@ -436,7 +454,9 @@ impl Device for CudaDevice {
         // Safety: the driver checks that (ptr, size) names a reservation.
         call("cuMemAddressFree", || unsafe {
             sys::cuMemAddressFree(ptr, size as usize)
-        })
+        })?;
+        self.reservations.remove(&ptr);
+        Ok(())
     }
 
     fn mem_create(&mut self, size: u64) -> DeviceResult<MemHandle> {

@@ -1,15 +1,24 @@
-//! The CUDA device on a real GPU. Each test prints why it is skipped when there is no CUDA
-//! driver or no GPU (and passes), so the workspace's tests pass on any machine.
+//! The CUDA device on a real GPU, and the same tests on the capture runtime's simulated driver
+//! (`every_test_on_the_simulated_driver` runs this binary again with cudarc pointed at it),
+//! so that they run in CI on machines without a GPU. Each test prints why it is skipped when
+//! there is no CUDA driver or no GPU (and passes), so the workspace's tests pass on any
+//! machine; the simulated driver's run is skipped, saying why, where it cannot be built.
 //!
-//! `CACHALOT_REQUIRE_GPU=1` turns a skip into a failure (scripts/gpu_check.sh sets it).
+//! `CACHALOT_REQUIRE_GPU=1` turns a skip into a failure (scripts/gpu_check.sh sets it, and so
+//! does the run on the simulated driver). What only a real GPU does (a pool that keeps freed
+//! memory until trimmed) is checked where the driver is real; on the simulated one
+//! (`CACHALOT_SIMULATED_DRIVER=1`) the test checks what that driver does instead.
 
 use cachalot_core::async_backend::{AsyncAllocator, DirectMode};
 use cachalot_core::config::parse_pytorch;
 use cachalot_core::{AllocConf, CachingAllocator};
 use cachalot_cuda::CudaDevice;
-use cachalot_device::{Device, DeviceError, StreamId};
+use cachalot_device::{Device, DeviceError, EventId, StreamId};
 
 use std::io::Write;
+use std::process::Command;
+
+use cachalot_testkit::on_simulated_driver;
 
 const MIB: u64 = 1 << 20;
 
@@ -151,10 +160,16 @@ fn stream_ordered_pool() {
     d.synchronize_stream(StreamId::DEFAULT).unwrap();
     let u = d.pool_usage().unwrap();
     assert_eq!(u.used_current, before.used_current);
-    // The release threshold is the maximum: memory stays in the pool until trimmed.
-    assert!(u.reserved_current >= 3 * MIB, "{u:?}");
-    d.trim(0).unwrap();
-    assert!(d.pool_usage().unwrap().reserved_current < u.reserved_current);
+    if on_simulated_driver() {
+        // Its pool caches nothing, as the oracle's device (and cachalot's simulated one).
+        assert_eq!(u.reserved_current, u.used_current, "{u:?}");
+        d.trim(0).unwrap();
+    } else {
+        // The release threshold is the maximum: memory stays in the pool until trimmed.
+        assert!(u.reserved_current >= 3 * MIB, "{u:?}");
+        d.trim(0).unwrap();
+        assert!(d.pool_usage().unwrap().reserved_current < u.reserved_current);
+    }
     d.reset_pool_peaks().unwrap();
     let u = d.pool_usage().unwrap();
     assert_eq!(u.used_high, u.used_current);
@@ -242,4 +257,131 @@ fn cuda_malloc_async_backend_on_the_gpu() {
     let total = alloc.with_device(|d| d.mem_get_info()).unwrap().total;
     let e = alloc.malloc(total * 2, StreamId::DEFAULT).unwrap_err();
     assert!(e.to_string().contains("would exceed allowed memory"), "{e}");
+}
+
+/// `call` failed with a driver error naming it and a CUDA error code: on the simulated driver
+/// exactly `code` (the real driver's code for that misuse), on a GPU any `CUDA_ERROR_*`.
+fn assert_driver_error<T: std::fmt::Debug>(r: Result<T, DeviceError>, call: &str, code: &str) {
+    match r {
+        Err(DeviceError::Driver { call: c, message }) => {
+            assert_eq!(c, call, "{message}");
+            if on_simulated_driver() {
+                assert_eq!(message, code, "{call}");
+            } else {
+                assert!(message.starts_with("CUDA_ERROR_"), "{call}: {message}");
+            }
+            let text = DeviceError::Driver { call: c, message }.to_string();
+            assert!(
+                text.starts_with(&format!("{call} failed: CUDA_ERROR_")),
+                "{text}"
+            );
+        }
+        other => panic!("{call}: expected a driver error, got {other:?}"),
+    }
+}
+
+#[test]
+fn driver_misuse_is_an_error_naming_the_call_and_the_code() {
+    let Some(mut d) = gpu("driver_misuse_is_an_error_naming_the_call_and_the_code") else {
+        return;
+    };
+    let before = d.mem_get_info().unwrap();
+    let p = d.malloc(MIB).unwrap();
+    d.free(p, MIB).unwrap();
+    assert_driver_error(d.free(p, MIB), "cuMemFree", "CUDA_ERROR_INVALID_VALUE");
+    if d.supports_vmm() {
+        let g = d.granularity();
+        // Wrong granularity: a size that is not a multiple of it.
+        assert_driver_error(
+            d.mem_create(g + 4096),
+            "cuMemCreate",
+            "CUDA_ERROR_INVALID_VALUE",
+        );
+        let base = d.address_reserve(4 * g).unwrap();
+        let h = d.mem_create(g).unwrap();
+        // A mapping that does not start on the granularity, one outside the reservation.
+        let misaligned = d.mem_map(base + 4096, g, h);
+        assert_driver_error(misaligned, "cuMemMap", "CUDA_ERROR_INVALID_VALUE");
+        let outside = d.mem_map(base + 4 * g, g, h);
+        assert_driver_error(outside, "cuMemMap", "CUDA_ERROR_INVALID_VALUE");
+        d.mem_map(base, g, h).unwrap();
+        // Unmapping a range that is not mapped; releasing twice; freeing with the wrong size.
+        let unmapped = d.mem_unmap(base + g, g, h);
+        assert_driver_error(unmapped, "cuMemUnmap", "CUDA_ERROR_INVALID_VALUE");
+        d.mem_unmap(base, g, h).unwrap();
+        d.mem_release(h, g).unwrap();
+        assert_driver_error(
+            d.mem_release(h, g),
+            "cuMemRelease",
+            "CUDA_ERROR_INVALID_VALUE",
+        );
+        let wrong_size = d.address_free(base, g);
+        assert_driver_error(wrong_size, "cuMemAddressFree", "CUDA_ERROR_INVALID_VALUE");
+        d.address_free(base, 4 * g).unwrap();
+    }
+    if on_simulated_driver() {
+        // Handles the driver never gave out (on a GPU these would be wild pointers).
+        let bogus = EventId(0x1234);
+        assert_driver_error(
+            d.query_event(bogus),
+            "cuEventQuery",
+            "CUDA_ERROR_INVALID_HANDLE",
+        );
+        let sync = d.synchronize_event(bogus);
+        assert_driver_error(sync, "cuEventSynchronize", "CUDA_ERROR_INVALID_HANDLE");
+    }
+    // After all that the device works, and nothing leaked.
+    let p = d.malloc(3 * MIB).unwrap();
+    roundtrip(&mut d, p, 4096, 5);
+    d.free(p, 3 * MIB).unwrap();
+    let after = d.mem_get_info().unwrap();
+    assert!(after.free + 64 * MIB >= before.free, "{before:?} {after:?}");
+    if on_simulated_driver() {
+        assert_eq!(after, before, "the simulated driver's memory is all back");
+    }
+}
+
+/// Every test of this file again, in a child process whose cudarc loads the capture runtime's
+/// simulated driver (built by `python/cachalot/capture/build.py`), with
+/// `CACHALOT_REQUIRE_GPU=1`: none may skip, and the device must be the simulated one.
+#[test]
+fn every_test_on_the_simulated_driver() {
+    if on_simulated_driver() {
+        return; // the child
+    }
+    let driver = match cachalot_testkit::simulated_driver() {
+        Ok(d) => d,
+        Err(why) => return skip("every_test_on_the_simulated_driver", why),
+    };
+    let mut child = Command::new(std::env::current_exe().unwrap());
+    child
+        .args(["--test-threads=1", "--nocapture"])
+        .envs(driver.env())
+        .env("CACHALOT_REQUIRE_GPU", "1")
+        .env("FAKE_CUDA_CAPACITY", "8G");
+    for v in [
+        "FAKE_CUDA_LOG",
+        "FAKE_CUDA_DEVICE_NAME",
+        "FAKE_CUDA_DEVICE_COUNT",
+        "FAKE_CUDA_TOTAL",
+    ] {
+        child.env_remove(v);
+    }
+    let out = child.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "on the simulated driver:\n{text}");
+    assert!(
+        text.contains("(fake_cudart)"),
+        "not the simulated GPU:\n{text}"
+    );
+    assert!(!text.contains("SKIPPED"), "{text}");
+    let tests = include_str!("gpu.rs").matches("#[test]").count() - 1; // less the string here
+    assert!(
+        text.contains(&format!("test result: ok. {tests} passed")),
+        "expected {tests} passed:\n{text}"
+    );
 }

@@ -1,7 +1,8 @@
 //! What the workspace's tests share, so that each rule is written once: where the fixtures
 //! are, where `shared/` and the oracle are (one variable each), how a skipped test says why,
 //! where a test writes its scratch files, how a test compiles C with gcc, runs a command without the developer's allocator settings,
-//! reads a gzip fixture, and compares JSON with the oracle's. A dev-dependency only; nothing
+//! reads a gzip fixture, compares JSON with the oracle's, and where the simulated CUDA driver
+//! is (`driver`). A dev-dependency only; nothing
 //! ships with it.
 
 use std::ffi::OsStr;
@@ -10,6 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+mod driver;
+pub use driver::{SimulatedDriver, on_simulated_driver, simulated_driver, torch_python};
 
 /// The variable that points the tests at an oracle command (default:
 /// `shared/oracle/oracle` beside the checkout).
