@@ -6,17 +6,29 @@ import json
 import pickle
 import subprocess
 import textwrap
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from cachalot.capture import build
 from conftest import TORCH_PYTHON, package_env
+from torch_workload import (
+    call_differences,
+    call_rows,
+    differences,
+    first_difference,
+    log_against_stats,
+)
 
 HERE = Path(__file__).parent
 CAPACITY = {"CACHALOT_SIM_CAPACITY": "80G", "FAKE_CUDA_CAPACITY": "80G"}
 CONFS = ["", "expandable_segments:True", "backend:cudaMallocAsync"]
+# Device calls each configuration must make (so that a log comparison compares something).
+OPS = {
+    "": {"cudaMalloc", "cudaFree"},
+    "expandable_segments:True": {"cuMemAddressReserve", "cuMemCreate", "cuMemMap", "cuMemUnmap"},
+    "backend:cudaMallocAsync": {"cudaMallocAsync", "cudaFreeAsync"},
+}
 
 
 @pytest.fixture(scope="session")
@@ -59,9 +71,28 @@ def torch_on_runtime(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def runs():
-    """Workload results by (stack, allocator, device, conf), each run once per module."""
-    return {}
+def on_runtime(torch_on_runtime, tmp_path_factory):
+    """The workload on the capture runtime, each (allocator, device, conf) run once per module:
+    (its result, the runtime's device-call log, cachalot's own device-call log). cachalot's
+    runs write theirs (CACHALOT_DEVICE_LOG, the runtime's format) whatever the device; torch's
+    have none (None)."""
+    done = {}
+
+    def get(allocator, device, conf):
+        key = (allocator, device, conf)
+        if key not in done:
+            tmp = tmp_path_factory.mktemp(f"{allocator}-{device}-{CONFS.index(conf)}")
+            env = {**CAPACITY, "PYTORCH_CUDA_ALLOC_CONF": conf}
+            own = tmp / "device-calls.csv"
+            if allocator == "cachalot":
+                env["CACHALOT_DEVICE_LOG"] = str(own)
+            args = [HERE / "torch_workload.py", "--allocator", allocator, "--device", device]
+            _, log = torch_on_runtime([*args, tmp / "out.json"], env=env)
+            ours = own.read_text().splitlines() if own.exists() else None
+            done[key] = (json.loads((tmp / "out.json").read_text()), log, ours)
+        return done[key]
+
+    return get
 
 
 def workload(run, tmp_path, allocator, device, conf):
@@ -74,21 +105,8 @@ def workload(run, tmp_path, allocator, device, conf):
 
 
 def assert_same_workload(ours, torchs):
-    assert [s["step"] for s in ours["steps"]] == [s["step"] for s in torchs["steps"]]
-    for a, b in zip(ours["steps"], torchs["steps"]):
-        assert len(b["stats"]) == 123
-        threaded = a["step"] in ("threads", "end")
-        # After the threads, what is live must agree; the totals depend on the interleaving
-        # (and torch now and then makes one more small request from a new thread).
-        keys = [k for k in b["stats"] if not threaded or k.endswith(".current")]
-        assert set(a["stats"]) == set(b["stats"]), a["step"]
-        diff = {k: (a["stats"][k], b["stats"][k]) for k in keys if a["stats"][k] != b["stats"][k]}
-        assert not diff, (a["step"], diff)
-    assert len(ours["ooms"]) == len(torchs["ooms"]) == 2
-    for a, b in zip(ours["ooms"], torchs["ooms"]):
-        assert a["type"] == b["type"] == "OutOfMemoryError", a
-        assert a["message"] == b["message"]
-        assert a["recovered"] and b["recovered"]
+    diff = differences(ours, torchs)
+    assert not diff, "\n".join(diff)
 
 
 @pytest.mark.parametrize("conf", CONFS, ids=["default", "expandable", "async"])
@@ -98,33 +116,45 @@ def test_same_stats_ooms_and_recovery_as_torchs_allocator(torch_on_fakegpu, tmp_
     assert_same_workload(ours, torchs)
 
 
-def device_calls(log, before_threads):
-    """The runtime's log of device memory calls (CSV: seq,op,size,ptr,handle,result,
-    phys_used) as (op, size, result, memory in use after it): the calls before the threaded
-    step in order, and those from it on as a multiset of (op, size, result) (their order
-    depends on the interleaving). The runtime logs cuMemAlloc as cudaMalloc and
-    cuMemAllocFromPoolAsync as cudaMallocAsync: one allocation core."""
-    assert log and log[0].startswith("seq,op,size"), log[:1]
-    rows = [(r[1], int(r[2]), int(r[5]), int(r[6])) for r in (x.split(",") for x in log[1:])]
-    n = before_threads - 1  # the header is a line
-    return rows[:n], Counter(r[:3] for r in rows[n:])
+@pytest.mark.parametrize("conf", CONFS, ids=["default", "expandable", "async"])
+def test_the_cuda_device_on_the_simulated_driver_is_torchs_allocator(on_runtime, conf):
+    """cachalot.torch.use(device="cuda") in real PyTorch on the capture runtime's simulated
+    driver: the same statistics after every step, OOMs and recovery as torch's own allocator
+    on that driver, and the same device calls, in the same order, with the same sizes (the
+    device-call log of the simulated driver)."""
+    ours, our_log, _ = on_runtime("cachalot", "cuda", conf)
+    torchs, torch_log, _ = on_runtime("torch", "sim", conf)
+    assert_same_workload(ours, torchs)
+    # The runtime logs cuMemAlloc as cudaMalloc and cuMemAllocFromPoolAsync as
+    # cudaMallocAsync (one allocation core); compared: op, size, result, memory in use.
+    n, m = ours["calls_before_threads"], torchs["calls_before_threads"]
+    assert n > 10, n
+    diff = call_differences(our_log, n, torch_log, m, fields=(0, 1, 4, 5))
+    assert not diff, diff
 
 
 @pytest.mark.parametrize("conf", CONFS, ids=["default", "expandable", "async"])
-def test_the_cuda_device_on_the_simulated_driver_is_torchs_allocator(
-    torch_on_runtime, tmp_path, conf
-):
-    """cachalot.torch.use(device="cuda") in real PyTorch on the capture runtime's simulated
-        driver: the same statistics after every step, OOMs and recovery as torch's own allocator
-        on that driver, and the same device calls, in the same order, with the same sizes (the
-    device-call log of the simulated driver: cachalot's devices expose none of their own)."""
-    ours, our_log = workload(torch_on_runtime, tmp_path, "cachalot", "cuda", conf)
-    torchs, torch_log = workload(torch_on_runtime, tmp_path, "torch", "sim", conf)
-    assert_same_workload(ours, torchs)
-    mine = device_calls(our_log, ours["calls_before_threads"])
-    theirs = device_calls(torch_log, torchs["calls_before_threads"])
-    assert mine[0] and len(mine[0]) == len(theirs[0])
-    assert mine == theirs
+def test_the_cuda_devices_calls_are_its_simulated_devices(on_runtime, conf):
+    """What must hold (issue 26): on the same workload in real PyTorch 2.15, cachalot's CUDA
+    device on the simulated driver and cachalot's simulated device make the same device calls
+    (cachalot's own log, CACHALOT_DEVICE_LOG: the same calls in the same order, with the same
+    sizes, addresses, handles, results and memory in use after each; from the threaded step on,
+    whose order depends on the interleaving, the same multiset of calls and sizes), with the
+    same statistics after every step. And the CUDA device's log is the one the driver itself
+    wrote (FAKE_CUDA_LOG), row for row: it logs what the driver was asked."""
+    cuda, driver_log, cuda_log = on_runtime("cachalot", "cuda", conf)
+    sim, _, sim_log = on_runtime("cachalot", "sim", conf)
+    assert_same_workload(cuda, sim)
+    n, m = cuda["device_calls_before_threads"], sim["device_calls_before_threads"]
+    assert n > 10, n
+    diff = call_differences(cuda_log, n, sim_log, m)
+    assert not diff, diff
+    ops = {row[0] for row in call_rows(cuda_log)}
+    assert OPS[conf] <= ops, ops
+    if conf == "":
+        assert log_against_stats(cuda_log, cuda["steps"][-1]["stats"]) is None
+    diff = first_difference(call_rows(cuda_log), call_rows(driver_log))
+    assert not diff, f"cachalot's log against the driver's: {diff}"
 
 
 SCRIPT = textwrap.dedent(
