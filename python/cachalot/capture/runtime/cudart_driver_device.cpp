@@ -186,8 +186,23 @@ CUresult fk_cuDeviceGetName(char* name, int len, CUdevice dev) {
 }
 
 // --- memory ----------------------------------------------------------------------------------
+namespace {
+// A size larger than the device is out of memory, as on a GPU, logged as the allocation core
+// logs a failure; said here because the core's rounding up to 2 MiB would wrap past 2^64 for
+// the largest sizes and "succeed".
+bool never_fits(uint64_t size, bool async) {
+  State& s = St();
+  std::lock_guard<std::mutex> g(s.mu);
+  if (size <= s.capacity && size <= UINT64_MAX - kLargeAlign) return false;
+  s.c.n_malloc_fail++;
+  emit(s, async ? "cudaMallocAsync" : "cudaMalloc", size, 0, 0, cudaErrorMemoryAllocation);
+  return true;
+}
+}  // namespace
+
 CUresult fk_cuMemAlloc(CUdeviceptr* dptr, size_t size) {
   if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (never_fits(size, false)) return CUDA_ERROR_OUT_OF_MEMORY;
   void* p = nullptr;
   CUresult r = via_runtime([&] { return do_malloc(&p, size, false); });
   if (r == CUDA_SUCCESS) *dptr = reinterpret_cast<CUdeviceptr>(p);
@@ -233,6 +248,7 @@ CUresult fk_cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
 CUresult fk_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
                                     CUstream) {
   if (!dptr || size == 0 || !valid_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
+  if (never_fits(size, true)) return CUDA_ERROR_OUT_OF_MEMORY;
   void* p = nullptr;
   CUresult r = via_runtime([&] { return do_malloc(&p, size, true); });
   if (r == CUDA_SUCCESS) *dptr = reinterpret_cast<CUdeviceptr>(p);
