@@ -8,6 +8,13 @@
 //! and leaves what is allocated as it was, and that a refused call leaves torch's statistics
 //! exactly as they were (the list is at the top of the C file).
 //!
+//! The same program runs with `CACHALOT_DEVICE=cuda` on the capture runtime's simulated CUDA
+//! driver (cachalot's CUDA device through cudarc, the driver's VMM calls and memory pool),
+//! with the driver's capacities from 2 MiB to 2^63 bytes and three devices on one memory
+//! (`sizes_across_u64_on_the_cuda_device_of_the_simulated_driver`); skipped, saying why,
+//! where that driver cannot be built. Only on the simulated driver: the program's streams are
+//! plain numbers, which a real driver would take for pointers.
+//!
 //! `CACHALOT_CAPI_SEED` changes the seeds, `CACHALOT_CAPI_CALLS` the calls per run (1,000).
 //! Skipped, with the reason printed, without gcc.
 
@@ -81,19 +88,27 @@ fn summary(stdout: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-#[test]
-fn sizes_across_u64_never_overlap_and_failures_change_nothing() {
-    if Command::new("gcc").arg("--version").output().is_err() {
-        return common::skip("gcc not found; the u64-wide C library test needs it");
-    }
+/// What every configuration and capacity of a run matrix added up to: the `SUMMARY` counts,
+/// the runs per backend, and how many runs had fewer than 3 devices.
+struct Totals {
+    counts: BTreeMap<String, u64>,
+    backends: BTreeMap<String, u64>,
+    fewer_devices: usize,
+}
+
+/// Runs the C program under every configuration and each of `capacities`, the device and its
+/// capacity set by `device(cmd, capacity)`; a run that fails fails the test with its output.
+fn run_matrix(capacities: &[&str], device: impl Fn(&mut Command, &str)) -> Totals {
     let exe = build_c_program("u64_sizes.c", "u64_sizes");
     let seed = env_u64("CACHALOT_CAPI_SEED", 10);
     let calls = env_u64("CACHALOT_CAPI_CALLS", 1000);
-    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
-    let mut backends = BTreeMap::new();
-    let mut fewer_devices = 0;
+    let mut totals = Totals {
+        counts: BTreeMap::new(),
+        backends: BTreeMap::new(),
+        fewer_devices: 0,
+    };
     for (c, (var, value)) in CONFIGS.iter().enumerate() {
-        for (k, capacity) in CAPACITIES.iter().enumerate() {
+        for (k, capacity) in capacities.iter().enumerate() {
             let run_seed = seed
                 .wrapping_mul(1000)
                 .wrapping_add((c * CAPACITIES.len() + k) as u64);
@@ -102,32 +117,31 @@ fn sizes_across_u64_never_overlap_and_failures_change_nothing() {
                 .arg(calls.to_string())
                 .arg("3");
             common::clean_env(&mut cmd);
-            cmd.env("CACHALOT_DEVICE", "sim")
-                .env("CACHALOT_SIM_CAPACITY", capacity)
-                .env(var, value)
+            device(&mut cmd, capacity);
+            cmd.env(var, value)
                 // stderr carries one report per refused call; only stdout is read.
                 .stderr(Stdio::null());
             let out = cmd.output().unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(
                 out.status.success(),
-                "{var}={value} CACHALOT_SIM_CAPACITY={capacity}: {exe:?} {run_seed} {calls} 3 \
+                "{var}={value} capacity {capacity}: {exe:?} {run_seed} {calls} 3 \
                  failed ({:?}):\n{stdout}",
                 out.status,
             );
             let s = summary(&stdout);
             for (key, v) in &s {
                 if let Ok(n) = v.parse::<u64>() {
-                    *totals.entry(key.clone()).or_default() += n;
+                    *totals.counts.entry(key.clone()).or_default() += n;
                 }
             }
             if s["devices"] != "3" {
-                fewer_devices += 1;
+                totals.fewer_devices += 1;
             }
-            *backends.entry(s["backend"].clone()).or_insert(0) += 1;
+            *totals.backends.entry(s["backend"].clone()).or_insert(0) += 1;
         }
     }
-    eprintln!("u64_sizes: {totals:?} {backends:?}");
+    eprintln!("u64_sizes: {:?} {:?}", totals.counts, totals.backends);
     // The runs reached what they are meant to: both outcomes, the top of the range, refusals.
     for key in [
         "allocated",
@@ -138,12 +152,57 @@ fn sizes_across_u64_never_overlap_and_failures_change_nothing() {
         "refused",
         "bad_fractions",
     ] {
-        assert!(totals[key] > 0, "no {key} in {totals:?}");
+        assert!(totals.counts[key] > 0, "no {key} in {:?}", totals.counts);
     }
-    assert_eq!(backends.len(), 3, "every backend ran: {backends:?}");
+    assert_eq!(
+        totals.backends.len(),
+        3,
+        "every backend ran: {:?}",
+        totals.backends
+    );
+    totals
+}
+
+#[test]
+fn sizes_across_u64_never_overlap_and_failures_change_nothing() {
+    if Command::new("gcc").arg("--version").output().is_err() {
+        return common::skip("gcc not found; the u64-wide C library test needs it");
+    }
+    let totals = run_matrix(CAPACITIES, |cmd, capacity| {
+        cmd.env("CACHALOT_DEVICE", "sim")
+            .env("CACHALOT_SIM_CAPACITY", capacity);
+    });
     // The largest devices do not all fit below 2^64: the ones that do not refused to open.
     assert!(
-        fewer_devices > 0 && fewer_devices < CONFIGS.len() * CAPACITIES.len(),
-        "{fewer_devices} runs had fewer than 3 devices"
+        totals.fewer_devices > 0 && totals.fewer_devices < CONFIGS.len() * CAPACITIES.len(),
+        "{} runs had fewer than 3 devices",
+        totals.fewer_devices
     );
+}
+
+/// The simulated driver's capacities (`FAKE_CUDA_CAPACITY`, read as a double there: up to
+/// 2^63 bytes exactly, where 8 × capacity of addresses wraps and the driver falls back to its
+/// 64 GiB range).
+const DRIVER_CAPACITIES: &[&str] = &["2M", "100M", "1G", "80G", "16T", "9223372036854775808"];
+
+#[test]
+fn sizes_across_u64_on_the_cuda_device_of_the_simulated_driver() {
+    if Command::new("gcc").arg("--version").output().is_err() {
+        return common::skip("gcc not found; the u64-wide C library test needs it");
+    }
+    let driver = match cachalot_testkit::simulated_driver() {
+        Ok(d) => d,
+        Err(why) => return common::skip(format!("u64 sizes on the simulated driver: {why}")),
+    };
+    let totals = run_matrix(DRIVER_CAPACITIES, |cmd, capacity| {
+        cmd.env("CACHALOT_DEVICE", "cuda")
+            .envs(driver.env())
+            .env("FAKE_CUDA_CAPACITY", capacity)
+            .env("FAKE_CUDA_DEVICE_COUNT", "3");
+        for v in ["FAKE_CUDA_LOG", "FAKE_CUDA_TOTAL", "FAKE_CUDA_RESERVED"] {
+            cmd.env_remove(v);
+        }
+    });
+    // Every device is a device of the driver: all three open, whatever the capacity.
+    assert_eq!(totals.fewer_devices, 0);
 }
