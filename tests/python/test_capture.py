@@ -238,9 +238,9 @@ def test_importing_capture_does_not_import_torch():
 
 def test_gpu_table():
     assert gpus.lookup("H100").cc == (9, 0)
-    assert gpus.lookup("nvidia_a10g") == gpus.lookup("a10")
+    assert gpus.lookup("nvidia_a10g").key == "a10g"  # its own card, beside the A10
     assert gpus.smallest_fitting(14 << 30).key == "t4"
-    assert gpus.smallest_fitting(15 << 30).key == "a10"
+    assert gpus.smallest_fitting(15 << 30).key == "rtx5080"
     assert gpus.smallest_fitting(1 << 50) is None
     with pytest.raises(gpus.UnknownGpu, match="known: t4"):
         gpus.lookup("k80")

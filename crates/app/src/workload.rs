@@ -185,12 +185,20 @@ impl AdvisorOptions {
             (Some(c), _) => (c, None),
             (None, Some(name)) => {
                 let g = crate::gpus::find(name)?;
+                let taken_as = crate::gpus::alias_note(name)
+                    .map(|n| format!("; {n}"))
+                    .unwrap_or_default();
                 (
                     g.usable,
                     Some(format!(
-                        "{}: {} usable by a process ({})",
+                        "{}: {}, CUDA's total, the most one process can allocate{} ({}){taken_as}",
                         g.name,
                         format_size(g.usable),
+                        if g.is_estimate() {
+                            " (an estimate)"
+                        } else {
+                            ""
+                        },
                         g.source
                     )),
                 )

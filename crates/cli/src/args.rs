@@ -36,8 +36,8 @@ pub struct AdvisorArgs {
     /// (the worst device decides).
     #[arg(long)]
     pub all_devices: bool,
-    /// A common GPU instead of --capacity: its memory a process can use (see
-    /// `--gpu list`), less --headroom.
+    /// A common GPU instead of --capacity: CUDA's total memory on it, less --headroom.
+    /// `--gpu list` prints the table (names, memory and where each figure comes from).
     #[arg(long, value_name = "NAME", conflicts_with = "capacity")]
     pub gpu: Option<String>,
     /// Memory to keep outside PyTorch's allocator (CUDA context, cuBLAS/cuDNN workspaces,
@@ -78,6 +78,18 @@ impl AdvisorArgs {
             costs: self.costs.clone(),
             threads: self.threads,
         }
+    }
+
+    /// For `--gpu list`: prints the GPU table and says so (the command then does nothing else).
+    pub fn print_gpu_list(&self) -> bool {
+        let list = self
+            .gpu
+            .as_deref()
+            .is_some_and(|g| g.trim().eq_ignore_ascii_case("list"));
+        if list {
+            print!("{}", cachalot_app::gpus::table_text());
+        }
+        list
     }
 
     /// The search statistics and wall time, on stderr (they vary from run to run).

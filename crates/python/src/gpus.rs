@@ -2,9 +2,12 @@
 
 use pyo3::prelude::*;
 
+use cachalot_app::gpus::Evidence;
+
 use crate::api::ArgumentError;
 
-/// One row of the table.
+/// One row of the table (`memory` is CUDA's total; `evidence` is "exact", "torch" or
+/// "estimate", the rule then in `source`).
 #[pyclass(frozen, get_all, module = "cachalot._native")]
 pub struct GpuRow {
     key: String,
@@ -19,6 +22,10 @@ pub struct GpuRow {
     l2: u64,
     smem_per_sm: u64,
     smem_optin: u64,
+    nominal: u64,
+    estimate: bool,
+    evidence: &'static str,
+    arch: String,
 }
 
 /// Every GPU, ordered by memory then key.
@@ -39,6 +46,14 @@ pub fn gpus() -> Vec<GpuRow> {
             l2: g.l2,
             smem_per_sm: g.smem_per_sm,
             smem_optin: g.smem_optin,
+            nominal: g.nominal,
+            estimate: g.is_estimate(),
+            evidence: match g.evidence {
+                Evidence::Exact => "exact",
+                Evidence::Torch => "torch",
+                Evidence::Estimate { .. } => "estimate",
+            },
+            arch: g.arch.to_string(),
         })
         .collect()
 }
@@ -55,4 +70,16 @@ pub fn gpu_key(name: &str) -> PyResult<&'static str> {
 #[pyfunction]
 pub fn smallest_gpu(need: u64) -> Option<&'static str> {
     cachalot_app::gpus::smallest_fitting(need).map(|g| g.key())
+}
+
+/// The table for people, as `--gpu list` prints it.
+#[pyfunction]
+pub fn gpu_table() -> String {
+    cachalot_app::gpus::table_text()
+}
+
+/// What a short name that stands for several cards (`a100`) is taken as, or None.
+#[pyfunction]
+pub fn gpu_alias_note(name: &str) -> Option<&'static str> {
+    cachalot_app::gpus::alias_note(name)
 }

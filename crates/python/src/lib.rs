@@ -73,6 +73,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gpus::gpus, m)?)?;
     m.add_function(wrap_pyfunction!(gpus::gpu_key, m)?)?;
     m.add_function(wrap_pyfunction!(gpus::smallest_gpu, m)?)?;
+    m.add_function(wrap_pyfunction!(gpus::gpu_table, m)?)?;
+    m.add_function(wrap_pyfunction!(gpus::gpu_alias_note, m)?)?;
     m.add_class::<gpus::GpuRow>()?;
     let py = m.py();
     m.add("CachalotError", py.get_type::<api::CachalotError>())?;

@@ -1,12 +1,13 @@
 """The GPUs a capture can pretend to be, and which is the smallest that fits.
 
 The table itself is Rust's (crates/app/src/gpus.rs, the same one `cachalot tune --gpu`
-reads, each memory figure with its source), reached through `_native`; this module only
-gives it the `Gpu` dataclass form the capture code uses. A profile carries what changes
-the allocation stream torch produces on that GPU: the compute capability, the SM count, L2
-size and shared memory per SM, and the memory size the program is told. The CUDA context
-and library handles take some of that memory outside the caching allocator, which a
-capture cannot see: `--reserve` takes it off.
+reads, each memory figure CUDA's total with its source or its estimate rule; docs/gpus.md),
+reached through `_native`; this module only gives it the `Gpu` dataclass form the capture
+code uses. A profile carries what changes the allocation stream torch produces on that GPU:
+the compute capability, the SM count, L2 size and shared memory per SM, and the memory size
+the program is told (CUDA's total, as `torch.cuda.get_device_properties().total_memory`
+shows it). The CUDA context and library handles take some of that memory outside the
+caching allocator, which a capture cannot see: `--reserve` takes it off.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ class Gpu:
     l2: int  # bytes
     smem_per_sm: int
     smem_optin: int
+    # Beside the profile: the names it is found by, the size it is sold with, and where the
+    # memory figure comes from ("exact", "torch" or "estimate", with `source` saying which).
+    names: tuple[str, ...] = ()
+    nominal: int = 0
+    evidence: str = ""
+    source: str = ""
 
     def env(self) -> dict[str, str]:
         """What the capture runtime reads to look like this GPU."""
@@ -50,6 +57,10 @@ def _from_native(row: _native.GpuRow) -> Gpu:
         row.l2,
         row.smem_per_sm,
         row.smem_optin,
+        tuple(row.names),
+        row.nominal,
+        row.evidence,
+        row.source,
     )
 
 
@@ -73,6 +84,16 @@ def lookup(name: str) -> Gpu:
 
 
 get = lookup
+
+
+def table_text() -> str:
+    """The table for people, as `--gpu list` prints it."""
+    return _native.gpu_table()
+
+
+def alias_note(name: str) -> str | None:
+    """What a short name that stands for several cards (`a100`) is taken as, or None."""
+    return _native.gpu_alias_note(name)
 
 
 def smallest_fitting(need: int) -> Gpu | None:

@@ -82,7 +82,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="where to write the trace: a torch snapshot pickle, or RMM CSV if it ends in .csv "
         "(default: %(default)s)",
     )
-    ap.add_argument("--gpu", default="h100", help="the GPU to predict for (default: %(default)s)")
+    ap.add_argument(
+        "--gpu",
+        default="h100",
+        help="the GPU to predict for; `--gpu list` prints the table (default: %(default)s)",
+    )
     ap.add_argument(
         "--reserve",
         default="0",
@@ -96,6 +100,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS…")
     args = ap.parse_args(argv)
+    if args.gpu == "list":  # the table, nothing to run
+        return args
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if not args.command:
@@ -141,6 +147,9 @@ def _fail(message: str, status: int = USAGE) -> int:
 def main(argv: list[str] | None = None) -> int:
     _recorder.exit_on_sigterm()  # so that the temporary folder goes also on SIGTERM
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.gpu == "list":
+        print(gpus.table_text(), end="")
+        return 0
     try:
         gpu = gpus.lookup(args.gpu)
     except gpus.UnknownGpu as e:

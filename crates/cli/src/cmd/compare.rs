@@ -33,6 +33,9 @@ pub struct Args {
 
 /// Runs `cachalot compare`.
 pub fn run(a: Args) -> Result<ExitCode> {
+    if a.common.print_gpu_list() {
+        return Ok(ExitCode::SUCCESS);
+    }
     let req = CompareRequest {
         traces: a.traces,
         confs: a.confs,

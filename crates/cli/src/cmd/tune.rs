@@ -44,8 +44,7 @@ fn parse_release(s: &str) -> Result<TorchVersion, String> {
 
 /// Runs `cachalot tune`.
 pub fn run(a: Args) -> Result<ExitCode> {
-    if a.common.gpu.as_deref() == Some("list") {
-        print!("{}", cachalot_app::gpus::table_text());
+    if a.common.print_gpu_list() {
         return Ok(ExitCode::SUCCESS);
     }
     let req = TuneRequest {
