@@ -2,6 +2,7 @@
 `cachalot tune --gpu` reads), keeping the profile data the capture runtime is given; names
 are found however users type them; `--gpu list` prints the table in capture as in tune."""
 
+import json
 import re
 from pathlib import Path
 
@@ -95,3 +96,26 @@ def test_no_python_file_holds_a_gpu_table():
         text = path.read_text()
         found = [t for t in totals if re.search(rf"\b{re.escape(t)}\b", text)]
         assert not found, (path, found)
+
+
+def test_a_trace_names_the_gpu_it_was_captured_as(tmp_path):
+    # capture writes STEM.device.json beside its trace as `cachalot record` does; tune --gpu on
+    # the trace then names what torch sizes by the GPU when the target is another card.
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "Thread,Time,Action,Pointer,Size,Stream\n"
+        "1,0,allocate,0x1000,1048576,0\n1,1,free,0x1000,1048576,0\n"
+    )
+    launch.write_device_info(str(trace), gpus.get("rtx3090"))
+    info = json.loads((tmp_path / "t.device.json").read_text())
+    assert info["devices"] == [
+        {"index": 0, "name": "NVIDIA GeForce RTX 3090", "total_memory": gpus.get("3090").memory}
+    ]
+    out = json.loads(_native.tune([str(trace)], gpu="h100", top=1, threads=1)[0])
+    dep = out["gpu_dependent"]
+    assert dep["recorded"]["key"] == "rtx3090" and dep["target"] == "h100"
+    assert [i["what"] for i in dep["items"]][:2] == [
+        "cublas_workspace",
+        "flash_attention_deterministic_backward",
+    ]
+    assert "gpu_dependent" not in json.loads(_native.tune([str(trace)], gpu="3090", top=1)[0])

@@ -98,6 +98,9 @@ impl Compared {
                 }
             }
         }
+        if let (Some(d), Some(m)) = (&self.workload.gpu_dependent, v.as_object_mut()) {
+            m.insert("gpu_dependent".into(), d.json());
+        }
         v
     }
 

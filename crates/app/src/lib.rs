@@ -14,6 +14,7 @@
 pub mod compare;
 pub mod convert;
 pub mod explain;
+pub mod gpu_dependent;
 pub mod gpus;
 pub mod replay;
 pub mod tune;

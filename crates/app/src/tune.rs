@@ -144,6 +144,9 @@ impl Tuned {
                     self.own_release_notes.clone().into(),
                 );
             }
+            if let Some(d) = &self.workload.gpu_dependent {
+                m.insert("gpu_dependent".into(), d.json());
+            }
         }
         v
     }

@@ -13,6 +13,7 @@ use cachalot_core::format_size;
 use cachalot_replay::{LoadOptions, LoadedInput, LoadedTrace};
 
 use crate::Notes;
+use crate::gpu_dependent::{GpuDependent, gpu_dependent, recorded_gpu};
 
 /// The trace bundled into the binary, replayed when no trace is given: GPT-2 124M training
 /// (AdamW, batch 8 × 1024 tokens, 6 steps), 11,940 events.
@@ -165,8 +166,27 @@ pub const MAX_THREADS: usize = 4096;
 
 impl AdvisorOptions {
     /// Loads the traces as one workload (see [`Loaded`]).
+    /// With `--gpu`, the workload also says what may differ from the GPU that recorded it
+    /// ([`Loaded::gpu_dependent`], and in its notes).
     pub fn load(&self, paths: &[PathBuf]) -> Result<Loaded> {
-        Loaded::load(paths, self.device, self.all_devices)
+        let target = match self.gpu.as_deref() {
+            Some(name) => Some(crate::gpus::find(name)?),
+            None => None,
+        };
+        let mut w = Loaded::load(paths, self.device, self.all_devices)?;
+        if let Some(target) = target {
+            let device = w
+                .inputs
+                .first()
+                .and_then(|i| i.snapshot_events())
+                .map(|e| e.device);
+            let recorded = paths.iter().find_map(|p| recorded_gpu(p, device));
+            if let Some(d) = gpu_dependent(recorded, target) {
+                w.source.notes.extend(d.lines());
+                w.gpu_dependent = Some(d);
+            }
+        }
+        Ok(w)
     }
 
     /// The capacity to replay at, and where it comes from: `given` or the GPU, else the
@@ -275,6 +295,8 @@ pub struct Loaded {
     pub inputs: Vec<LoadedInput>,
     /// Names and notes for the reports.
     pub source: text::Source,
+    /// With `--gpu`: what may differ from the GPU that recorded the traces.
+    pub gpu_dependent: Option<GpuDependent>,
 }
 
 impl Loaded {
@@ -359,6 +381,7 @@ impl Loaded {
                 .collect(),
             inputs,
             source,
+            gpu_dependent: None,
         }
     }
 

@@ -86,6 +86,16 @@ def lookup(name: str) -> Gpu:
 get = lookup
 
 
+def device_info(gpu: Gpu, alloc_conf: str = "") -> dict:
+    """The description of the device a capture ran as, in the form `cachalot record` writes
+    beside a snapshot (`STEM.device.json`), so that `cachalot tune --gpu` on the trace knows
+    which GPU recorded it."""
+    return {
+        "devices": [{"index": 0, "name": gpu.name, "total_memory": gpu.memory}],
+        "alloc_conf": alloc_conf,
+    }
+
+
 def table_text() -> str:
     """The table for people, as `--gpu list` prints it."""
     return _native.gpu_table()

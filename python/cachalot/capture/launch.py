@@ -235,6 +235,7 @@ def _capture(args, gpu, reserve, python, py_options, program, runtime, work) -> 
         )
     try:
         out = write_trace(snap, args.output, work)
+        write_device_info(out, gpu)
         # A FIFO or device took the trace: the prediction reads the copy in `work`.
         pred = analysis.predict(
             out if os.path.isfile(out) else str(snap),
@@ -279,6 +280,15 @@ def write_trace(snapshot: Path, output: str, work: Path) -> str:
         data = snapshot.read_bytes()
     native.write_output(output, data)
     return output
+
+
+def write_device_info(output: str, gpu: gpus.Gpu) -> None:
+    """`STEM.device.json` beside a trace written to a regular file, as `cachalot record`
+    writes it: `cachalot tune --gpu` then knows which GPU the trace was captured as."""
+    if os.path.isfile(output):
+        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
+        info = json.dumps(gpus.device_info(gpu, conf or ""), indent=1).encode()
+        _recorder.native().write_output(_recorder.info_path(output), info)
 
 
 if __name__ == "__main__":
