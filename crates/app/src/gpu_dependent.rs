@@ -68,6 +68,19 @@ pub fn recorded_gpu(trace: &Path, device: Option<u32>) -> Option<RecordedGpu> {
     })
 }
 
+/// For a front end with `--gpu NAME` on `trace` (a snapshot's device `device`): the GPU,
+/// and what may differ from the GPU that recorded the trace (`None`: nothing, or the same
+/// GPU). An unknown name is [`find`]'s error.
+pub fn for_trace(
+    name: &str,
+    trace: Option<&Path>,
+    device: Option<u32>,
+) -> anyhow::Result<(&'static Gpu, Option<GpuDependent>)> {
+    let target = find(name)?;
+    let recorded = trace.and_then(|t| recorded_gpu(t, device));
+    Ok((target, gpu_dependent(recorded, target)))
+}
+
 /// One allocation that may differ on the target.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Item {

@@ -5,7 +5,9 @@
 
 use std::path::PathBuf;
 
-use cachalot_app::gpu_dependent::{RecordedGpu, cublas_workspace, gpu_dependent, recorded_gpu};
+use cachalot_app::gpu_dependent::{
+    RecordedGpu, cublas_workspace, for_trace, gpu_dependent, recorded_gpu,
+};
 use cachalot_app::gpus::find;
 use cachalot_app::tune::{TuneRequest, tune};
 use cachalot_app::workload::{AdvisorOptions, BUNDLED_TRACE};
@@ -167,5 +169,41 @@ fn tune_gpu_names_what_may_differ_in_text_and_json() {
     assert_eq!(items[0]["target"], "32.00 MiB on sm90");
     // Tuned for the GPU it was recorded on: nothing to say.
     assert!(tune_json(vec![trace], "3090")["gpu_dependent"].is_null());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn front_ends_get_the_gpu_and_its_notes_in_one_call() {
+    let d = scratch("front");
+    let trace = d.join("t.csv.gz");
+    std::fs::write(&trace, BUNDLED_TRACE).unwrap();
+    std::fs::write(
+        d.join("t.csv.device.json"),
+        r#"{"devices": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "total_memory": 1}]}"#,
+    )
+    .unwrap();
+    let (g, notes) = for_trace("h100-pcie", Some(&trace), None).unwrap();
+    assert_eq!(g.key(), "h100-pcie");
+    let items: Vec<_> = notes.unwrap().items.iter().map(|i| i.what).collect();
+    assert_eq!(
+        items,
+        [
+            "flash_attention_deterministic_backward",
+            "cudnn_benchmark_workspace"
+        ]
+    );
+    assert!(for_trace("h100", Some(&trace), None).unwrap().1.is_none());
+    assert!(
+        for_trace("h100", None, None)
+            .unwrap()
+            .1
+            .unwrap()
+            .recorded
+            .is_none()
+    );
+    let e = for_trace("h1000", Some(&trace), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("'h1000'"), "{e}");
     std::fs::remove_dir_all(&d).unwrap();
 }

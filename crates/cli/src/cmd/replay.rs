@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use cachalot_app::gpu_dependent::for_trace;
 use cachalot_app::replay::{ReplayRequest, replay};
 
 use crate::args::{note, parse_capacity};
@@ -25,6 +26,10 @@ pub struct Args {
     /// memory, the capacity it recorded; else 80G.
     #[arg(long, value_parser = parse_capacity)]
     capacity: Option<u64>,
+    /// A common GPU instead of --capacity: CUDA's total memory on it (`--gpu list` prints
+    /// the table); says what torch sizes by the GPU that may differ from the recording GPU.
+    #[arg(long, value_name = "NAME", conflicts_with = "capacity")]
+    gpu: Option<String>,
     /// Print the oracle-compatible JSON object (with `memory_stats`) instead of the summary.
     #[arg(long)]
     json: bool,
@@ -62,10 +67,28 @@ pub struct Args {
 /// Runs `cachalot replay`. Exit status: 0 when every request was served, 1 when the replay
 /// ran out of memory, 3 when a fatal error stopped it, 2 on an error.
 pub fn run(a: Args) -> Result<ExitCode> {
+    let mut capacity = a.capacity;
+    if let Some(name) = &a.gpu {
+        if name.trim().eq_ignore_ascii_case("list") {
+            print!("{}", cachalot_app::gpus::table_text());
+            return Ok(ExitCode::SUCCESS);
+        }
+        let (g, dependent) = for_trace(name, a.trace.as_deref(), a.device)?;
+        note(format!(
+            "capacity: {}, CUDA's total on the {} ({})",
+            cachalot_core::format_size(g.usable),
+            g.name,
+            g.key()
+        ));
+        for line in dependent.iter().flat_map(|d| d.lines()) {
+            note(format!("note: {line}"));
+        }
+        capacity = Some(g.usable);
+    }
     let req = ReplayRequest {
         trace: a.trace,
         conf: a.conf,
-        capacity: a.capacity,
+        capacity,
         device: a.device,
         ignore_streams: a.ignore_streams,
         max_oom_messages: a.max_oom_messages,
