@@ -79,6 +79,10 @@ MISUSE = textwrap.dedent(
     r["read_back_what_was_written"] = back.raw == data
     call("read_part", "cuMemcpyDtoH_v2", back, U64(p.value + 4096), SZ(100))
     r["read_part_matches"] = back.raw[:100] == data[96:196]
+    call("memset", "cuMemsetD8Async", U64(p.value + 4000), ctypes.c_ubyte(7), SZ(16), P(0))
+    call("read_async", "cuMemcpyDtoHAsync_v2", back, U64(p.value + 3990), SZ(32), P(0))
+    r["memset_reads_back"] = back.raw[:32] == bytes(10) + bytes([7]) * 16 + data[16:22]
+    call("memset_past_end", "cuMemsetD8", U64(p.value + (3 << 20) - 8), ctypes.c_ubyte(1), SZ(16))
     never = ctypes.create_string_buffer(bytes([255]) * 64, 64)
     call("read_unwritten", "cuMemcpyDtoH_v2", never, U64(p.value + (2 << 20)), SZ(64))
     r["unwritten_reads_zeros"] = never.raw == bytes(64)
@@ -169,6 +173,10 @@ def test_misuse_gets_the_real_drivers_codes(runtime):
         "read_part": SUCCESS,
         "read_part_matches": True,
         "unwritten_reads_zeros": True,
+        "memset": SUCCESS,
+        "read_async": SUCCESS,
+        "memset_reads_back": True,
+        "memset_past_end": INVALID_VALUE,
         "read_unwritten": SUCCESS,
         "free": SUCCESS,
         "free_again": INVALID_VALUE,

@@ -11,8 +11,8 @@
 // crash. A failed driver call leaves the runtime's last error (cudaGetLastError) untouched,
 // as on a real GPU, where the two APIs keep separate error state.
 //
-// The driver's copies keep what they write, by 4 KiB page (cuMemcpyHtoD stores, cuMemcpyDtoH
-// reads back; a page never written reads as zeros), so that a program checking its data, as
+// The driver's copies keep what they write, by 4 KiB page (cuMemcpyHtoD and cuMemsetD8 store,
+// cuMemcpyDtoH reads back, also stream-ordered; a page never written reads as zeros), so that a program checking its data, as
 // crates/cuda's tests do, runs here as on a GPU. Only the driver API's copies: the runtime's
 // (torch's) keep nothing, and kernels compute nothing.
 #include <algorithm>
@@ -97,6 +97,17 @@ void store(uint64_t dst, const void* src, size_t n) {
     if (!bytes) bytes.reset(new uint8_t[kPage]());
     memcpy(bytes.get() + (at - page), from, len);
     from += len;
+    at += len;
+  }
+}
+
+void fill(uint64_t dst, uint8_t value, size_t n) {
+  std::lock_guard<std::mutex> g(g_pages_mu);
+  for (uint64_t at = dst, end = dst + n; at < end;) {
+    uint64_t page = at & ~(kPage - 1), len = std::min(end, page + kPage) - at;
+    auto& bytes = g_pages[page];
+    if (!bytes) bytes.reset(new uint8_t[kPage]());
+    memset(bytes.get() + (at - page), value, len);
     at += len;
   }
 }
@@ -237,6 +248,26 @@ CUresult fk_cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t n) {
   return r;
 }
 
+// Work completes at once, so the stream-ordered copies and memsets are the synchronous ones.
+CUresult fk_cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream) {
+  return fk_cuMemcpyDtoH(dst, src, n);
+}
+
+CUresult fk_cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream) {
+  return fk_cuMemcpyHtoD(dst, src, n);
+}
+
+CUresult fk_cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t n) {
+  if (n == 0) return CUDA_SUCCESS;
+  if (!covered(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+  fill(dst, value, n);
+  return CUDA_SUCCESS;
+}
+
+CUresult fk_cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream) {
+  return fk_cuMemsetD8(dst, value, n);
+}
+
 // --- the default stream-ordered pool -----------------------------------------------------------
 CUresult fk_cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
   if (!pool) return CUDA_ERROR_INVALID_VALUE;
@@ -362,6 +393,13 @@ const DeviceSym kDeviceSyms[] = {
     FK("cuMemcpyDtoH_v2", cuMemcpyDtoH),
     FK("cuMemcpyHtoD", cuMemcpyHtoD),
     FK("cuMemcpyHtoD_v2", cuMemcpyHtoD),
+    FK("cuMemcpyDtoHAsync", cuMemcpyDtoHAsync),
+    FK("cuMemcpyDtoHAsync_v2", cuMemcpyDtoHAsync),
+    FK("cuMemcpyHtoDAsync", cuMemcpyHtoDAsync),
+    FK("cuMemcpyHtoDAsync_v2", cuMemcpyHtoDAsync),
+    FK("cuMemsetD8", cuMemsetD8),
+    FK("cuMemsetD8_v2", cuMemsetD8),
+    FK("cuMemsetD8Async", cuMemsetD8Async),
     FK("cuDeviceGetDefaultMemPool", cuDeviceGetDefaultMemPool),
     FK("cuMemAllocFromPoolAsync", cuMemAllocFromPoolAsync),
     FK("cuMemFreeAsync", cuMemFreeAsync),
