@@ -70,3 +70,33 @@ fn a_size_that_overflows_is_an_error() {
     let e = alloc.alloc_on::<u64>(&stream, usize::MAX / 4).unwrap_err();
     assert!(matches!(e, cachalot::Error::TooLarge { .. }), "{e}");
 }
+
+/// The tests above again in a child process whose cudarc loads the capture runtime's simulated
+/// driver, so that they run in CI without a GPU: the typed buffer's memset, copies and read
+/// back reach a driver (its stream-ordered copies keep what they write). Skipped, saying why,
+/// where that driver cannot be built (testkit::simulated_driver).
+#[test]
+fn the_tests_above_on_the_simulated_driver() {
+    if cachalot_testkit::on_simulated_driver() {
+        return; // the child
+    }
+    let driver = match cachalot_testkit::simulated_driver() {
+        Ok(d) => d,
+        Err(why) => return cachalot_testkit::skip(format!("simulated driver: {why}")),
+    };
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--test-threads=1", "--nocapture"])
+        .envs(driver.env())
+        .env("FAKE_CUDA_CAPACITY", "8G")
+        .env_remove("FAKE_CUDA_LOG")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "on the simulated driver:\n{text}");
+    assert!(!text.contains("SKIPPED"), "a test skipped there:\n{text}");
+    assert!(text.contains("test result: ok. 3 passed"), "{text}");
+}
