@@ -12,6 +12,9 @@
 #   2. the CUDA tests (crates/cuda/tests/gpu.rs, among them driver misuse as errors naming the
 #      call and the code) with CACHALOT_REQUIRE_GPU=1: a skip is a failure; the same file's run
 #      on the simulated driver is CI's (skipped here)
+#      then cudarc: the kernel example (crates/api/examples/cudarc_kernel.rs: a PTX kernel on a
+#      cachalot buffer, every element checked) and the typed-buffer tests
+#      (crates/api/tests/cudarc_types.rs); CI runs those tests on the simulated driver too
 #   3. the Rust example (crates/api/examples/training_loop.rs) on GPU 0 under each configuration
 #   4. scripts/gpu_train.py twice per configuration, same PYTORCH_CUDA_ALLOC_CONF: torch's
 #      allocator, then cachalot's library through torch.cuda.memory.CUDAPluggableAllocator
@@ -68,13 +71,17 @@ if [[ "${1:-}" == "--prepare" ]]; then
   mkdir -p "$DEST"
   cd "$ROOT"
   cargo build --release -p cachalot-capi || exit 1
-  cargo build --release -p cachalot --example training_loop || exit 1
-  tests_bin=$(cargo test --release -p cachalot-cuda --test gpu --no-run --message-format=json \
-    | "$PY" -c 'import json,sys
+  cargo build --release -p cachalot --example training_loop --example cudarc_kernel || exit 1
+  # test_binary PACKAGE TEST: the path of that integration test's executable, built here.
+  test_binary() {
+    cargo test --release -p "$1" --test "$2" --no-run --message-format=json | "$PY" -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
-        print(m["executable"])') || exit 1
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
+        print(m["executable"])' "$2"
+  }
+  tests_bin=$(test_binary cachalot-cuda gpu) && [[ -n "$tests_bin" ]] || exit 1
+  cudarc_bin=$(test_binary cachalot cudarc_types) && [[ -n "$cudarc_bin" ]] || exit 1
   # The Python package, unpacked (PYTHONPATH=$DEST/python): needs maturin (scripts/python_env.sh).
   MATURIN="${MATURIN:-$HOME/.cache/cachalot-torch/bin/maturin}"
   if [[ -x "$MATURIN" ]] && "$MATURIN" build --release -o "$DEST/wheels"; then
@@ -85,7 +92,10 @@ for l in sys.stdin:
   cp target/release/libcachalot_capi.so "$DEST/"
   cp target/release/examples/training_loop "$DEST/"
   cp "$tests_bin" "$DEST/cuda-gpu-tests"
-  command -v strip >/dev/null && strip --strip-debug "$DEST"/libcachalot_capi.so "$DEST"/training_loop "$DEST"/cuda-gpu-tests
+  cp target/release/examples/cudarc_kernel "$DEST/"
+  cp "$cudarc_bin" "$DEST/cudarc-tests"
+  command -v strip >/dev/null && strip --strip-debug "$DEST"/libcachalot_capi.so "$DEST"/training_loop \
+    "$DEST"/cuda-gpu-tests "$DEST"/cudarc_kernel "$DEST"/cudarc-tests
   say "bundle ready in $DEST:"; ls -l "$DEST"
   exit 0
 fi
@@ -138,13 +148,16 @@ else
 fi
 
 # --- binaries -------------------------------------------------------------------------------
-LIB="" ; EXAMPLE="" ; TESTS=""
+LIB="" ; EXAMPLE="" ; TESTS="" ; KERNEL="" ; CUDARC_TESTS=""
 if [[ -f "$BUNDLE/libcachalot_capi.so" && -x "$BUNDLE/training_loop" && -x "$BUNDLE/cuda-gpu-tests" ]]; then
   LIB="$BUNDLE/libcachalot_capi.so"; EXAMPLE="$BUNDLE/training_loop"; TESTS="$BUNDLE/cuda-gpu-tests"
+  [[ -x "$BUNDLE/cudarc_kernel" ]] && KERNEL="$BUNDLE/cudarc_kernel"
+  [[ -x "$BUNDLE/cudarc-tests" ]] && CUDARC_TESTS="$BUNDLE/cudarc-tests"
   note "binaries: prebuilt bundle $BUNDLE"
 elif command -v cargo >/dev/null; then
-  if run build 240 bash -c "cd '$ROOT' && cargo build --release -p cachalot-capi && cargo build --release -p cachalot --example training_loop"; then
+  if run build 240 bash -c "cd '$ROOT' && cargo build --release -p cachalot-capi && cargo build --release -p cachalot --example training_loop --example cudarc_kernel"; then
     LIB="$ROOT/target/release/libcachalot_capi.so"; EXAMPLE="$ROOT/target/release/examples/training_loop"
+    KERNEL="$ROOT/target/release/examples/cudarc_kernel"
     note "binaries: built with cargo"
   else
     fail "cargo build (see $OUT/build.log)"
@@ -163,6 +176,24 @@ fi
 rc=$?
 if (( rc == 0 )); then note "CUDA tests: $(grep -E '^test result' "$OUT/cuda-tests.log" | tail -n 1)"
 elif (( rc != 3 )); then fail "CUDA tests (exit $rc; see $OUT/cuda-tests.log)"; grep -E 'panicked|SKIPPED|FAILED' "$OUT/cuda-tests.log" | head -n 10; fi
+
+# --- 2b. cudarc: the kernel example and the typed-buffer tests ---------------------------------
+if [[ -n "$KERNEL" ]]; then
+  run cudarc-kernel 60 "$KERNEL"; rc=$?
+  if (( rc == 0 )) && grep -q ": 0 of [0-9]* elements wrong" "$OUT/cudarc-kernel.log"; then
+    note "cudarc kernel: $(grep '^kernel' "$OUT/cudarc-kernel.log")"
+  elif (( rc == 0 )); then fail "cudarc kernel example did not run on a GPU: $(head -n 1 "$OUT/cudarc-kernel.log")"
+  elif (( rc != 3 )); then fail "cudarc kernel example (exit $rc): $(tail -n 2 "$OUT/cudarc-kernel.log" | tr '\n' ' ')"; fi
+fi
+if [[ -n "$CUDARC_TESTS" ]]; then
+  run cudarc-tests 60 "$CUDARC_TESTS" --test-threads=1 --nocapture --skip the_tests_above_on_the_simulated_driver
+else
+  run cudarc-tests 200 bash -c "cd '$ROOT' && cargo test --release -p cachalot --test cudarc_types -- --test-threads=1 --nocapture --skip the_tests_above_on_the_simulated_driver"
+fi
+rc=$?
+if (( rc == 0 )) && ! grep -q SKIPPED "$OUT/cudarc-tests.log"; then note "cudarc tests: $(grep -E '^test result' "$OUT/cudarc-tests.log" | tail -n 1)"
+elif (( rc == 0 )); then fail "cudarc tests skipped: $(grep -m1 SKIPPED "$OUT/cudarc-tests.log")"
+elif (( rc != 3 )); then fail "cudarc tests (exit $rc; see $OUT/cudarc-tests.log)"; fi
 
 # --- configurations -----------------------------------------------------------------------------
 if [[ -n "${PYTORCH_CUDA_ALLOC_CONF+set}" ]]; then
