@@ -16,6 +16,9 @@
  *                                                devices get disjoint address ranges, and one
  *                                                that no longer fits below 2^64 refuses to open
  *   CACHALOT_VERBOSE=1                           say on stderr what was set up
+ *   CACHALOT_DEVICE_LOG=FILE                     every device memory call written to FILE (which
+ *                                                must not exist) as CSV rows
+ *                                                seq,op,size,ptr,handle,result,phys_used
  *
  * Every function is thread-safe and never aborts the process: failures are reported on stderr
  * and through cachalot_last_error(). Checked against the library's exported symbols by
