@@ -144,12 +144,10 @@ pub fn gpu_dependent(recorded: Option<RecordedGpu>, target: &'static Gpu) -> Opt
             });
         }
     };
+    // In MiB to the byte: 8.125, not format_size's 8.12.
     let cublas = |g: &Gpu| {
-        format!(
-            "{} on {}",
-            format_size(cublas_workspace(g.cc)),
-            cc_text(g.cc)
-        )
+        let mib = cublas_workspace(g.cc) as f64 / (1 << 20) as f64;
+        format!("{mib} MiB on {}", cc_text(g.cc))
     };
     add(
         "cublas_workspace",

@@ -57,7 +57,7 @@ fn only_what_differs_is_named() {
         "{text}"
     );
     assert!(
-        text.contains("8.12 MiB on sm86 -> 32.00 MiB on sm90"),
+        text.contains("8.125 MiB on sm86 -> 32 MiB on sm90"),
         "{text}"
     );
     assert!(text.contains("82 SMs -> 132 SMs"), "{text}");
@@ -166,7 +166,7 @@ fn tune_gpu_names_what_may_differ_in_text_and_json() {
     let items = v["gpu_dependent"]["items"].as_array().unwrap();
     assert_eq!(v["gpu_dependent"]["recorded"]["key"], "rtx3090");
     assert_eq!(items[0]["what"], "cublas_workspace");
-    assert_eq!(items[0]["target"], "32.00 MiB on sm90");
+    assert_eq!(items[0]["target"], "32 MiB on sm90");
     // Tuned for the GPU it was recorded on: nothing to say.
     assert!(tune_json(vec![trace], "3090")["gpu_dependent"].is_null());
     std::fs::remove_dir_all(&d).unwrap();
