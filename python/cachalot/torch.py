@@ -96,6 +96,8 @@ def _library() -> ctypes.CDLL:
     lib.cachalot_last_error.restype = ctypes.c_char_p
     lib.cachalot_backend.restype = ctypes.c_char_p
     lib.cachalot_device_kind.restype = ctypes.c_char_p
+    lib.cachalot_register_stream.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
+    lib.cachalot_register_stream.restype = None
     for name in (
         "cachalot_reset_peak_stats",
         "cachalot_reset_accumulated_stats",
@@ -166,10 +168,53 @@ def use(conf: str | None = None, device: str = "cuda") -> None:
             getattr(hooks, setter)(ctypes.cast(getattr(_lib, fn), ctypes.c_void_p).value)
         _torch.cuda.memory.change_current_allocator(alloc)
         _allocator.append(alloc)
+        _register_streams()
         # Starts the library now, so that a bad environment is reported here, once.
         if _lib.cachalot_backend() is None:
             raise AllocatorError(f"cachalot could not start: {_error()}")
         _used.update(conf=conf, device=device)
+
+
+_registering = threading.local()
+
+
+def _register_stream(s: Any) -> None:
+    """Tells the library which c10 stream the handle of `s` is, and the same for the other
+    streams of its pool (torch hands them out round-robin, also to C++ code that never goes
+    through Python): torch orders the blocks that completed events give back by that identity
+    (crates/core/src/streams.rs)."""
+    if getattr(_registering, "on", False):
+        return
+    _registering.on = True
+    try:
+        sid, dev = int(s.stream_id), int(s.device_index)
+        _lib.cachalot_register_stream(s.cuda_stream, dev, sid)
+        # A pool stream's id: index << 5 | priority type << 1 | 1 (0: default, even: external).
+        if sid & 1 and 0 < (sid >> 1) & 0xF < 0xF:
+            for index in range(32):
+                sibling = (sid & 0x1F) | index << 5
+                if sibling == sid:
+                    continue
+                t = _torch.cuda.Stream(stream_id=sibling, device_index=dev, device_type=1)
+                if t.cuda_stream:
+                    _lib.cachalot_register_stream(t.cuda_stream, dev, sibling)
+    except (RuntimeError, ValueError, TypeError, AttributeError):
+        pass  # not a stream torch can describe: it counts as an external stream
+    finally:
+        _registering.on = False
+
+
+def _register_streams() -> None:
+    """Registers each torch.cuda.Stream as it is made ([`_register_stream`])."""
+    cls = _torch.cuda.Stream
+    original = cls.__new__
+
+    def __new__(klass, *args, **kwargs):
+        s = original(klass, *args, **kwargs)
+        _register_stream(s)
+        return s
+
+    cls.__new__ = staticmethod(__new__)
 
 
 def enable_graph_pools(allocator: Any = None, library: str | None = None) -> None:

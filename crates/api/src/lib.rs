@@ -93,6 +93,8 @@ pub use allocator::{Allocator, Allocators, DeviceBuffer};
 
 pub use cachalot_core::async_backend::{AsyncAllocator, AsyncOomReport, DirectMode};
 pub use cachalot_core::config::{self, ConfigError, EnvSource, Overrides, Settings, Warning};
+/// torch's identity of a stream handle, for the order torch frees event-held blocks in.
+pub use cachalot_core::streams::register_c10_stream;
 pub use cachalot_core::{
     AllocConf, AllocError, Backend, ByteSizeError, CachingAllocator, DeviceStats, MemoryResource,
     MempoolId, OomReport, Operation, PoolError, SegmentInfo, Stat, StatArray, StreamFilter,

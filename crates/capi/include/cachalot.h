@@ -64,6 +64,12 @@ void cachalot_set_memory_fraction(double fraction, int device);
  * empty tensor) is a no-op, as in torch. */
 void cachalot_record_stream(void *ptr, cachalot_stream_t stream);
 
+/* Which c10 stream `stream` is (torch.cuda.Stream().stream_id on `device`): torch walks the
+ * outstanding record_stream events in a table keyed by that identity, which decides the order
+ * in which completed events give blocks back. Unregistered handles count as external streams
+ * (the default stream's identity is right without it). cachalot.torch registers each stream. */
+void cachalot_register_stream(cachalot_stream_t stream, int device, int64_t stream_id);
+
 /* Private pools (CUDA-graph capture, torch.cuda.MemPool): torch's pluggable hooks
  * set_begin_allocate_to_pool, set_end_allocate_to_pool_fn and set_release_pool take C++
  * std::function objects, so these take the MempoolId_t as its two members and the stream

@@ -278,6 +278,24 @@ pub extern "C" fn cachalot_record_stream(ptr: *mut c_void, s: *mut c_void) {
     })
 }
 
+/// Tells the library which c10 stream the handle `s` is: `torch.cuda.Stream().stream_id` on
+/// `device` (`cachalot.torch` calls it for each stream torch creates). torch walks the
+/// outstanding `record_stream` events in a hash table keyed by that identity, which decides
+/// the order in which completed events give blocks back (and so the `inactive_split` peak);
+/// unregistered handles count as external streams. A device outside 0..=255 is ignored with
+/// the error set.
+#[unsafe(no_mangle)]
+pub extern "C" fn cachalot_register_stream(s: *mut c_void, device: c_int, stream_id: i64) {
+    guard("cachalot_register_stream", (), || {
+        let Ok(d) = u8::try_from(device) else {
+            return fail(&format!(
+                "register_stream: device {device} is not a device index (0..=255)"
+            ));
+        };
+        cachalot::register_c10_stream(stream(s), d, stream_id);
+    })
+}
+
 /// `torch.cuda.memory_stats(device)` as one JSON object with torch's flat keys
 /// (`"allocated_bytes.all.current": 1024, ...`). The string stays valid until this thread's
 /// next call returning a string; NULL on failure.

@@ -11,6 +11,7 @@ use crate::block::BlockId;
 use crate::history::TraceAction;
 use crate::oom::AllocError;
 use crate::state::State;
+use crate::streams::stream_hash;
 
 impl<D: Device> State<D> {
     /// Takes back the allocation at `ptr`.
@@ -70,7 +71,12 @@ impl<D: Device> State<D> {
         for s in uses {
             let ev = self.device.record_event(s)?;
             self.blocks[id].event_count += 1;
-            self.events.entry(s).or_default().push_back((ev, id));
+            let queue = self.events.entry(s).or_default();
+            if queue.is_empty() {
+                // `cuda_events[stream]` inserts the stream into torch's table.
+                self.event_order.insert(s, &stream_hash);
+            }
+            queue.push_back((ev, id));
         }
         Ok(())
     }
@@ -80,30 +86,69 @@ impl<D: Device> State<D> {
         if self.events.is_empty() {
             return Ok(());
         }
-        let mut streams = std::mem::take(&mut self.events);
-        for queue in streams.values_mut() {
+        // torch's table order; erasing a stream while walking it visits the rest in the
+        // order they had (backward-shift deletion moves later slots into the current one).
+        for s in self.event_streams() {
+            let Some(mut queue) = self.events.remove(&s) else {
+                continue;
+            };
+            let mut failed = None;
             while let Some(&(ev, id)) = queue.front() {
-                if !self.device.query_event(ev)? {
-                    break;
+                match self.device.query_event(ev) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
                 }
                 queue.pop_front();
                 self.event_done(id);
             }
+            self.put_back_events(s, queue);
+            if let Some(e) = failed {
+                return Err(e.into());
+            }
         }
-        streams.retain(|_, q| !q.is_empty());
-        self.events = streams;
         Ok(())
     }
 
-    /// Waits for every outstanding event (`synchronize_and_free_events`).
+    /// The streams with outstanding events, in torch's `cuda_events` order.
+    pub(crate) fn event_streams(&self) -> Vec<StreamId> {
+        self.event_order.iter().collect()
+    }
+
+    /// Puts a stream's remaining events back, or takes the stream out of the table when none
+    /// remain (`cuda_events.erase`).
+    pub(crate) fn put_back_events(
+        &mut self,
+        s: StreamId,
+        queue: std::collections::VecDeque<(cachalot_device::EventId, BlockId)>,
+    ) {
+        if queue.is_empty() {
+            self.event_order.remove(s);
+        } else {
+            self.events.insert(s, queue);
+        }
+    }
+
+    /// Waits for every outstanding event (`synchronize_and_free_events`), stream by stream in
+    /// torch's table order.
     pub(crate) fn synchronize_and_free_events(&mut self) -> Result<(), AllocError> {
         self.stats.num_sync_all_streams += 1;
-        let streams = std::mem::take(&mut self.events);
-        for (_, queue) in streams {
-            for (ev, id) in queue {
-                self.device.synchronize_event(ev)?;
+        for s in self.event_streams() {
+            let Some(mut queue) = self.events.remove(&s) else {
+                continue;
+            };
+            while let Some(&(ev, id)) = queue.front() {
+                if let Err(e) = self.device.synchronize_event(ev) {
+                    self.put_back_events(s, queue);
+                    return Err(e.into());
+                }
+                queue.pop_front();
                 self.event_done(id);
             }
+            self.put_back_events(s, queue);
         }
         Ok(())
     }

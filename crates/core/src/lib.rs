@@ -48,6 +48,7 @@ mod ska_order;
 pub mod snapshot;
 mod state;
 pub mod stats;
+pub mod streams;
 mod tally;
 
 use std::sync::{Mutex, MutexGuard};

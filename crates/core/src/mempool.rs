@@ -448,21 +448,26 @@ impl<D: Device> State<D> {
     /// of one private pool only.
     fn synchronize_pool_events(&mut self, owner: u32) -> Result<(), AllocError> {
         self.stats.num_sync_all_streams += 1;
-        let mut streams = std::mem::take(&mut self.events);
-        for queue in streams.values_mut() {
+        for s in self.event_streams() {
+            let Some(mut queue) = self.events.remove(&s) else {
+                continue;
+            };
             let mut kept = std::collections::VecDeque::new();
-            for (ev, id) in queue.drain(..) {
-                if self.blocks[id].pool.owner == owner {
-                    self.device.synchronize_event(ev)?;
-                    self.event_done(id);
-                } else {
+            while let Some((ev, id)) = queue.pop_front() {
+                if self.blocks[id].pool.owner != owner {
                     kept.push_back((ev, id));
+                    continue;
                 }
+                if let Err(e) = self.device.synchronize_event(ev) {
+                    kept.push_back((ev, id));
+                    kept.extend(queue);
+                    self.put_back_events(s, kept);
+                    return Err(e.into());
+                }
+                self.event_done(id);
             }
-            *queue = kept;
+            self.put_back_events(s, kept);
         }
-        streams.retain(|_, q| !q.is_empty());
-        self.events = streams;
         Ok(())
     }
 

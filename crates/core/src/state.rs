@@ -14,6 +14,7 @@ use crate::mempool::PrivatePools;
 use crate::oom::OomCause;
 use crate::pool::BlockPool;
 use crate::pool_id::PoolRef;
+use crate::ska_order::SkaOrder;
 use crate::stats::DeviceStats;
 use crate::tally::HotStats;
 
@@ -34,6 +35,9 @@ pub(crate) struct State<D> {
     pub stream_uses: FxHashMap<BlockId, Vec<StreamId>>,
     /// Outstanding events per stream, oldest first (`cuda_events`).
     pub events: BTreeMap<StreamId, VecDeque<(EventId, BlockId)>>,
+    /// The streams of `events` in the order torch walks its `ska::flat_hash_map` of them
+    /// (`crate::streams`): the order in which completed events free their blocks.
+    pub(crate) event_order: SkaOrder<StreamId>,
     /// Expandable segments, by index (a block's `expandable` field); `None` once released.
     pub expandable: Vec<Option<ExpandableSegment>>,
     /// Bytes obtained from the device (`total_allocated_memory`).
@@ -89,6 +93,7 @@ impl<D: Device> State<D> {
             allocated: FxHashMap::default(),
             stream_uses: FxHashMap::default(),
             events: BTreeMap::new(),
+            event_order: SkaOrder::default(),
             expandable: Vec::new(),
             total_allocated_memory: 0,
             allowed_memory_maximum: None,
