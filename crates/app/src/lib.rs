@@ -6,7 +6,9 @@
 //!   (capacity from `--capacity`/`--gpu`/headroom/the snapshot's record, the cost model);
 //! - [`replay`], [`tune`], [`compare`], [`explain`]: one request each, answered with a typed
 //!   result that renders itself as the CLI's text, its `--json` and, where it has one, its
-//!   HTML report.
+//!   HTML report;
+//! - [`predict`]: capture's answer for a job's traces (one per rank) on a GPU, with the memory
+//!   outside torch's allocator of [`outside`], the verdict and the advice.
 //!
 //! Nothing here prints: notes meant for stderr go to a callback the front end gives, so the
 //! CLI prints them and Python may ignore or keep them.
@@ -16,6 +18,8 @@ pub mod convert;
 pub mod explain;
 pub mod gpu_dependent;
 pub mod gpus;
+pub mod outside;
+pub mod predict;
 pub mod replay;
 pub mod tune;
 pub mod workload;
