@@ -25,6 +25,7 @@ __all__ = [
     "parse_capacity",
     "parse_config",
     "parse_size",
+    "predict",
     "replay",
     "smallest_gpu",
     "tune",
@@ -113,3 +114,14 @@ def gpu_table() -> str: ...
 def gpu_alias_note(name: str) -> str | None: ...
 def write_output(path: str | PathLike[str], data: bytes) -> None: ...
 def check_output(path: str | PathLike[str]) -> str: ...
+def predict(
+    traces: list[str],
+    gpu: str,
+    conf: str | None = None,
+    reserve: int | None = None,
+    headroom: int | None = None,
+    outside: str | None = None,
+    threads: int | None = None,
+    warnings: list[str] = ...,
+    torch_stats: dict[str, int] = ...,
+) -> tuple[str, str, int]: ...

@@ -106,7 +106,7 @@ def measure(case: str, out: Path, python: str, conf: str | None, real: bool) -> 
 
 def capture(case: str, out: Path, python: str) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=str(REPO / "python"), CACHALOT_CLI=cli()[0])
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     t0 = time.perf_counter()
     p = subprocess.run(

@@ -42,10 +42,7 @@ def _torch_python() -> str:
 
 
 def _engine() -> None:
-    try:
-        analysis.engine()
-    except analysis.AnalysisError as e:
-        pytest.skip(str(e))
+    """The engine is in-process (`_native.predict`): it is there when the package imports."""
 
 
 def _run_capture(args: list[str], env_extra: dict | None = None) -> subprocess.CompletedProcess:
@@ -149,7 +146,10 @@ def test_the_answer_is_complete_and_consistent(captured):
         captured["peak_allocated"] <= captured["peak_reserved"] <= captured["min_capacity"] + STEP
     )
     assert captured["best_min_capacity"] <= captured["min_capacity"]
-    assert captured["smallest_gpu"] == gpus.smallest_fitting(captured["best_min_capacity"]).key
+    # the smallest GPU that fits with the most the memory outside torch may take
+    smallest = gpus.lookup(captured["smallest_gpu"])
+    assert smallest.memory >= captured["best_min_capacity"] + captured["outside_torch_bytes"]["low"]
+    assert smallest.memory >= gpus.smallest_fitting(captured["best_min_capacity"]).memory
     # torch's own allocator ran in the captured process under the same (default) config
     assert captured["torch_stats"]["reserved_bytes.all.peak"] == captured["peak_reserved"]
     assert not any("device data read" in w for w in captured["warnings"]), captured["warnings"]
@@ -252,7 +252,17 @@ def test_gpu_memory_sizes_are_the_advisors(captured):
     for g in gpus.GPUS:
         for name in [g.key] + [a for a, k in gpus.ALIASES.items() if k == g.key]:
             p = subprocess.run(
-                [*analysis.engine(), "tune", captured["trace"], "--gpu", name, "--json", "-q"],
+                [
+                    sys.executable,
+                    "-m",
+                    "cachalot",
+                    "tune",
+                    captured["trace"],
+                    "--gpu",
+                    name,
+                    "--json",
+                    "-q",
+                ],
                 capture_output=True,
                 text=True,
                 check=False,

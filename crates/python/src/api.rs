@@ -63,11 +63,14 @@ fn is_advisor_config(c: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// Runs `f` without the GIL and converts its error.
-fn detached<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T> + Send) -> PyResult<T> {
+pub(crate) fn detached<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> Result<T> + Send,
+) -> PyResult<T> {
     py.detach(f).map_err(to_py)
 }
 
-fn json_string(v: &serde_json::Value) -> Result<String> {
+pub(crate) fn json_string(v: &serde_json::Value) -> Result<String> {
     Ok(serde_json::to_string(v)?)
 }
 

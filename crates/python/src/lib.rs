@@ -11,6 +11,7 @@
 mod api;
 mod gpus;
 mod output;
+mod predict;
 
 use pyo3::prelude::*;
 
@@ -65,6 +66,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(api::compare, m)?)?;
     m.add_function(wrap_pyfunction!(api::explain, m)?)?;
     m.add_function(wrap_pyfunction!(api::convert, m)?)?;
+    m.add_function(wrap_pyfunction!(predict::predict, m)?)?;
     m.add_function(wrap_pyfunction!(api::parse_config, m)?)?;
     m.add_function(wrap_pyfunction!(api::parse_size, m)?)?;
     m.add_function(wrap_pyfunction!(output::write_output, m)?)?;

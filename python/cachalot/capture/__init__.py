@@ -78,7 +78,7 @@ class capture:
         gpu: str = "h100",
         output: str | None = None,
         conf: str | None = None,
-        reserve: int = 0,
+        reserve: int | None = None,
         report: bool = True,
     ):
         self.gpu = gpus.lookup(gpu)

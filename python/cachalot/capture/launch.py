@@ -29,10 +29,13 @@ from . import _env, analysis, build, gpus
 # size. The program is still told the GPU's memory size (FAKE_CUDA_TOTAL).
 CAPTURE_CAPACITY = "1T"
 
+# The verdict's statuses (fits, does not fit, tight) are decided in Rust (analysis.EXIT_*).
 FITS, DOES_NOT_FIT, USAGE, PROGRAM_FAILED = 0, 1, 2, 3
+TIGHT = analysis.EXIT_TIGHT
 EXIT_STATUSES = f"""exit status:
-  {FITS}  the program ran and its peak fits the GPU
+  {FITS}  the program ran and its peak fits the GPU, with the memory outside torch at its highest
   {DOES_NOT_FIT}  the program ran and does not fit (a CI gate reads this)
+  {TIGHT}  the program ran and fits only within the uncertainty of the memory outside torch
   {USAGE}  no answer from cachalot: a bad option, a missing script, an unusable output path,
      a program that never used CUDA, a runtime that cannot be built
   {PROGRAM_FAILED}  the program itself failed (its own status is `exit_code` in --json); the
@@ -89,9 +92,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     ap.add_argument(
         "--reserve",
-        default="0",
-        help="memory to keep out of the allocator's reach: CUDA context and library handles, "
-        "which a capture cannot see (e.g. 512M; default 0)",
+        default=None,
+        help="memory outside torch's allocator per process, an exact total replacing the "
+        "model of the CUDA context, libraries and NCCL (e.g. 512M; default: the model)",
     )
     ap.add_argument(
         "--json",
@@ -155,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     except gpus.UnknownGpu as e:
         return _fail(str(e))
     try:
-        reserve = _size(args.reserve)
+        reserve = None if args.reserve is None else _size(args.reserve)
     except ValueError as e:
         return _fail(str(e))
     cmd = list(args.command)
@@ -260,7 +263,7 @@ def _capture(args, gpu, reserve, python, py_options, program, runtime, work) -> 
         first = (meta.get("error") or f"exit {done.status}").splitlines()[0][:300]
         _fail(f"the program failed ({first}); the answer covers the run up to there")
         return PROGRAM_FAILED
-    return FITS if pred.fits else DOES_NOT_FIT
+    return pred.exit_status
 
 
 def native_error() -> type[Exception]:
