@@ -18,7 +18,7 @@ use cachalot_advisor::{
     min_capacity, min_capacity_of, tune,
 };
 use cachalot_core::AllocConf;
-use cachalot_core::config::Settings;
+use cachalot_core::config::{Settings, TorchVersion};
 use cachalot_replay::LoadedTrace;
 
 use crate::gpus::{self, GPUS, Gpu};
@@ -236,6 +236,8 @@ pub fn predict_in(
         top: 8,
         progress: None,
         own: Some(own.clone()),
+        // A capture runs torch 2.15, whose decisions the replay makes.
+        release: TorchVersion::NEWEST,
     };
     let tuned = tune(&w.traces, &opts)?;
     let best = min_capacity(&w.traces, &opts)?;
