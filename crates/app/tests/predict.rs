@@ -332,3 +332,8 @@ fn bad_requests_are_errors_that_name_the_input() {
         .unwrap();
     assert!(e.to_string().contains("does not exist"), "{e}");
 }
+
+#[test]
+fn held_out_rtx4090() {
+    held_out("rtx4090", 23.5, 20.0);
+}
