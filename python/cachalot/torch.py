@@ -39,7 +39,7 @@ from typing import Any
 import torch as _torch
 
 from cachalot import _native
-from cachalot._native import CachalotError
+from cachalot._native import ArgumentError, CachalotError
 
 __all__ = [
     "AllocatorError",
@@ -69,10 +69,6 @@ _allocator: list[Any] = []  # the CUDAPluggableAllocator use() made
 _mempool: dict[str, Any] = {}
 _DEVICES = ("cuda", "sim")
 _HISTORY = (None, "state", "all")
-
-
-class ArgumentError(CachalotError, ValueError):
-    """An argument these functions cannot take; the message quotes it and says what is valid."""
 
 
 class AllocatorError(CachalotError, RuntimeError):

@@ -153,3 +153,19 @@ def test_explain_gives_the_cli_text():
     assert r.data["ooms"] >= 1 and r.data["capacity"] > 0
     d = cachalot.explain(pickle.loads(gzip.decompress(OOM_SNAPSHOT.read_bytes())))
     assert d.data == r.data
+
+
+def test_one_argument_error_class_a_cachalot_error_and_a_value_error():
+    """`_native`'s and `cachalot.torch`'s ArgumentError are one class, caught as either base."""
+    from cachalot import _native
+
+    assert cachalot.ArgumentError is _native.ArgumentError
+    assert issubclass(cachalot.ArgumentError, cachalot.CachalotError)
+    assert issubclass(cachalot.ArgumentError, ValueError)
+    assert cachalot.ArgumentError.__module__ == cachalot.CachalotError.__module__
+    with pytest.raises(ValueError, match="'12Q'"):
+        _native.parse_size("12Q")
+    with pytest.raises(cachalot.CachalotError, match="'h1000'"):
+        _native.gpu_key("h1000")
+    torch_api = pytest.importorskip("cachalot.torch")
+    assert torch_api.ArgumentError is cachalot.ArgumentError

@@ -14,8 +14,10 @@ use cachalot_app::workload::AdvisorOptions;
 use cachalot_core::config::ConfigError as RustConfigError;
 use cachalot_replay::LoadError;
 use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
 
 create_exception!(
     _native,
@@ -35,13 +37,50 @@ create_exception!(
     CachalotError,
     "A trace or snapshot that cannot be read."
 );
-create_exception!(
-    _native,
-    ArgumentError,
-    CachalotError,
-    "An argument cachalot cannot use (a size, a count, a GPU name): the message quotes it and \
-     says what would be valid."
-);
+/// `ArgumentError`: an argument cachalot cannot use (a size, a count, a GPU name). One class
+/// for the whole package (`cachalot.torch` raises it too), a `CachalotError` and a
+/// `ValueError`, so it is created at import as `type("ArgumentError", (CachalotError,
+/// ValueError), ...)`: `create_exception!` takes a single base.
+pub struct ArgumentError;
+
+static ARGUMENT_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+impl ArgumentError {
+    /// The class (created once per interpreter).
+    pub fn type_object(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+        let t = ARGUMENT_ERROR.get_or_try_init(py, || -> PyResult<Py<PyType>> {
+            let bases = PyTuple::new(
+                py,
+                [
+                    py.get_type::<CachalotError>(),
+                    py.get_type::<PyValueError>(),
+                ],
+            )?;
+            let dict = PyDict::new(py);
+            dict.set_item("__module__", "_native")?; // as create_exception! names its siblings
+            dict.set_item(
+                "__doc__",
+                "An argument cachalot cannot use (a size, a count, a GPU name, a device): the \
+                 message quotes it and says what would be valid. Also a ValueError.",
+            )?;
+            let t = py
+                .get_type::<PyType>()
+                .call1(("ArgumentError", bases, dict))?
+                .cast_into::<PyType>()?;
+            Ok(t.unbind())
+        })?;
+        Ok(t.bind(py).clone())
+    }
+
+    /// The error with `msg` (the class is looked up when the error is raised).
+    pub fn new_err(msg: impl Into<String>) -> PyErr {
+        let msg = msg.into();
+        Python::attach(|py| match Self::type_object(py) {
+            Ok(t) => PyErr::from_type(t, msg),
+            Err(e) => e,
+        })
+    }
+}
 
 /// The Python exception for `e`, with the message the CLI prints after `cachalot: `.
 fn to_py(e: anyhow::Error) -> PyErr {

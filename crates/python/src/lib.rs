@@ -82,6 +82,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CachalotError", py.get_type::<api::CachalotError>())?;
     m.add("ConfigError", py.get_type::<api::ConfigError>())?;
     m.add("TraceError", py.get_type::<api::TraceError>())?;
-    m.add("ArgumentError", py.get_type::<api::ArgumentError>())?;
+    m.add("ArgumentError", api::ArgumentError::type_object(py)?)?;
     Ok(())
 }
