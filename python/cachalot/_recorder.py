@@ -222,7 +222,13 @@ class Recorder:
             p = torch.cuda.get_device_properties(i)
             devices.append({"index": i, "name": p.name, "total_memory": int(p.total_memory)})
         conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
-        return {"devices": devices, "alloc_conf": conf or ""}
+        return {
+            "devices": devices,
+            "alloc_conf": conf or "",
+            # `tune` reads the release to recommend only what it accepts
+            "torch_version": str(torch.__version__),
+            "cuda_version": torch.version.cuda,
+        }
 
     def stop(self) -> str | None:
         """Writes the snapshot and stops recording. Returns its path, or None when CUDA was

@@ -105,3 +105,23 @@ def test_a_bad_release_is_an_argument_error_that_quotes_it() -> None:
         cachalot.tune(FIXTURES / "traces" / "gpt2-train.csv.gz", "8G", torch="2.99")
     assert "'2.99'" in str(e.value) or '"2.99"' in str(e.value)
     assert "2.4 to 2.15" in str(e.value)
+
+
+def test_record_stores_the_release_and_tune_recommends_for_it(torch_on_fakegpu, tmp_path):
+    """`cachalot record` writes torch's version beside the snapshot; `tune` then tunes for it."""
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nx = torch.empty(64 << 20, device='cuda')\ndel x\n")
+    out = tmp_path / "snap.pickle"
+    p = torch_on_fakegpu(
+        ["-m", "cachalot", "record", "-o", out, "--", TORCH_PYTHON, script], check=False
+    )
+    assert p.returncode == 0, p.stderr
+    info = json.loads((tmp_path / "snap.device.json").read_text())
+    assert info["torch_version"].startswith("2.15."), info
+    assert info["cuda_version"].startswith("13."), info
+    assert cachalot.tune(out, "1G", html=False).to_dict()["torch"] == "2.15"
+    info["torch_version"] = "2.9.1+cu128"
+    (tmp_path / "snap.device.json").write_text(json.dumps(info))
+    r = cachalot.tune(out, "1G", html=False)
+    assert r.to_dict()["torch"] == "2.9"
+    assert "the release the snapshot was recorded with" in str(r)

@@ -19,6 +19,7 @@
 
 use std::path::{Path, PathBuf};
 
+use cachalot_core::config::TorchVersion;
 use cachalot_core::format_size;
 use serde_json::{Value, json};
 
@@ -46,12 +47,7 @@ pub fn device_json_path(trace: &Path) -> PathBuf {
 /// The recording GPU of `trace` (of its snapshot device `device`, else its first), from the
 /// `STEM.device.json` beside it; `None` when there is none or it cannot be read as one.
 pub fn recorded_gpu(trace: &Path, device: Option<u32>) -> Option<RecordedGpu> {
-    let from = device_json_path(trace);
-    let meta = std::fs::metadata(&from).ok()?;
-    if !meta.is_file() || meta.len() > 1 << 20 {
-        return None;
-    }
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&from).ok()?).ok()?;
+    let (from, v) = device_json(trace)?;
     let devices = v.get("devices")?.as_array()?;
     let d = devices
         .iter()
@@ -79,6 +75,26 @@ pub fn for_trace(
     let target = find(name)?;
     let recorded = trace.and_then(|t| recorded_gpu(t, device));
     Ok((target, gpu_dependent(recorded, target)))
+}
+
+/// The torch release the trace was recorded with (`torch_version` in its `STEM.device.json`,
+/// as `cachalot record` writes it); `None` when the file or the field is missing or not a
+/// release cachalot knows.
+pub fn recorded_release(trace: &Path) -> Option<TorchVersion> {
+    let (_, v) = device_json(trace)?;
+    v.get("torch_version")?.as_str()?.parse().ok()
+}
+
+/// The `STEM.device.json` beside `trace`, read as JSON: where it is and what it holds; `None`
+/// when there is no such regular file (of at most 1 MiB) or it is not JSON.
+fn device_json(trace: &Path) -> Option<(PathBuf, Value)> {
+    let from = device_json_path(trace);
+    let meta = std::fs::metadata(&from).ok()?;
+    if !meta.is_file() || meta.len() > 1 << 20 {
+        return None;
+    }
+    let v = serde_json::from_str(&std::fs::read_to_string(&from).ok()?).ok()?;
+    Some((from, v))
 }
 
 /// One allocation that may differ on the target.

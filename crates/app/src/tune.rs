@@ -30,7 +30,8 @@ pub struct TuneRequest {
     pub min_capacity: bool,
     /// How many of the best to keep exact and show.
     pub top: usize,
-    /// The torch release to recommend for (`None`: 2.15, whose decisions cachalot replays).
+    /// The torch release to recommend for (`None`: the one the first trace's
+    /// `STEM.device.json` recorded, else 2.15, whose decisions cachalot replays).
     pub release: Option<TorchVersion>,
     /// Loading, capacity and cost-model options.
     pub common: AdvisorOptions,
@@ -56,6 +57,8 @@ pub struct Tuned {
     pub pools: Option<TunePools>,
     /// The torch release recommended for.
     pub release: TorchVersion,
+    /// It was read from the trace's `STEM.device.json` (not asked for).
+    pub release_recorded: bool,
     /// What that release makes of the workload's own configuration, where it differs from
     /// torch 2.15 (rejected keys, other decisions).
     pub own_release_notes: Vec<String>,
@@ -79,7 +82,12 @@ pub fn tune(
         source.capacity_note = note;
         c
     };
-    let release = req.release.unwrap_or(TorchVersion::NEWEST);
+    // The release asked for, else the one the first trace was recorded with, else 2.15.
+    let recorded = req
+        .traces
+        .first()
+        .and_then(|t| crate::gpu_dependent::recorded_release(t));
+    let release = req.release.or(recorded).unwrap_or(TorchVersion::NEWEST);
     let own = w.own_candidate(notes);
     let own_release_notes = own
         .as_ref()
@@ -118,6 +126,7 @@ pub fn tune(
         outcome,
         pools,
         release,
+        release_recorded: req.release.is_none() && recorded.is_some(),
         own_release_notes,
         cost,
         threads: req.common.threads,
@@ -191,8 +200,13 @@ impl Tuned {
     fn release_text(&self) -> String {
         let mut out = String::new();
         if self.release != TorchVersion::NEWEST {
+            let from = if self.release_recorded {
+                " (the release the snapshot was recorded with; --torch to choose another)"
+            } else {
+                ""
+            };
             out.push_str(&format!(
-                "\nfor torch {}: only keys and values it accepts, and only settings it decides as \
+                "\nfor torch {}{from}: only keys and values it accepts, and only settings it decides as \
                  torch {} does, whose decisions the replays make\n",
                 self.release,
                 TorchVersion::NEWEST
