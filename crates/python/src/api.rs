@@ -101,12 +101,13 @@ fn is_advisor_config(c: &(dyn std::error::Error + 'static)) -> bool {
     )
 }
 
-/// Runs `f` without the GIL and converts its error.
+/// Runs `f` without the GIL and converts its error; Ctrl-C stops it and raises
+/// `KeyboardInterrupt` (`crate::interrupt`).
 pub(crate) fn detached<T: Send>(
     py: Python<'_>,
     f: impl FnOnce() -> Result<T> + Send,
 ) -> PyResult<T> {
-    py.detach(f).map_err(to_py)
+    crate::interrupt::interruptible(py, f)?.map_err(to_py)
 }
 
 pub(crate) fn json_string(v: &serde_json::Value) -> Result<String> {

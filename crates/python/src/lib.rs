@@ -10,6 +10,7 @@
 
 mod api;
 mod gpus;
+mod interrupt;
 mod output;
 mod predict;
 
