@@ -113,6 +113,13 @@ def _count(value: int | None, what: str, least: int = 0) -> int | None:
     return value
 
 
+def _text(value: str | None, what: str) -> str | None:
+    """A configuration or name argument: a string, or None where None is allowed."""
+    if value is not None and not isinstance(value, str):
+        raise ArgumentError(f"{what}={value!r}: expected a string (or None)")
+    return value
+
+
 def _costs(cost: dict[str, float] | None) -> list[str]:
     return [f"{k}={v}" for k, v in (cost or {}).items()]
 
@@ -257,7 +264,7 @@ def replay(
     with _path(trace) as p:
         data, text, status = _native.replay(
             p,
-            conf,
+            _text(conf, "conf"),
             _size(capacity, "capacity"),
             _count(device, "device"),
             ignore_streams,
@@ -349,6 +356,11 @@ def compare(
     """Compares configurations on `traces` (`cachalot compare`); the default is always a row."""
     if isinstance(confs, str):
         confs = [confs]
+    if not isinstance(confs, (list, tuple)):
+        raise ArgumentError(f"confs={confs!r}: expected a list of PYTORCH_CUDA_ALLOC_CONF strings")
+    for c in confs:
+        if not isinstance(c, str):
+            raise ArgumentError(f"confs: {c!r} is not a PYTORCH_CUDA_ALLOC_CONF string")
     with _paths(traces) as ps:
         data, text, page = _native.compare(
             ps,
@@ -393,5 +405,6 @@ def convert(trace: Trace, output: str | os.PathLike[str], *, device: int | None 
 def parse_config(conf: str | None = None, *, cachalot: str | None = None) -> Config:
     """Parses a PYTORCH_CUDA_ALLOC_CONF string as torch 2.15 does (`cachalot config`);
     None reads the environment. Raises ConfigError with torch's message for what torch rejects."""
+    conf, cachalot = _text(conf, "conf"), _text(cachalot, "cachalot")
     canonical, rows, warnings = _native.parse_config(conf, cachalot)
     return Config(canonical, [ConfigOption(*r) for r in rows], warnings)

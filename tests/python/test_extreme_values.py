@@ -175,3 +175,26 @@ def test_the_python_api_on_extreme_traces(tmp_path):
                 errors += 1
     assert calls == 48
     assert errors < calls  # some of them are results
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: cachalot.replay(t, conf=5),
+        lambda t: cachalot.compare(t, [5], capacity="24G"),
+        lambda t: cachalot.compare(t, 5, capacity="24G"),
+        lambda t: cachalot.parse_config(5),
+        lambda t: cachalot.parse_config(cachalot=b"x"),
+        lambda t: cachalot.tune(t, capacity=1.5),
+        lambda t: cachalot.tune(t, capacity="24G", threads=10**5),
+        lambda t: cachalot.tune(t, capacity="24G", device=2**40),
+        lambda t: cachalot.replay(t, capacity=2**64),
+        lambda t: cachalot.convert(t, "a\0b"),
+    ],
+)
+def test_bad_python_arguments_are_cachalot_errors(tmp_path, call):
+    """#28 item 14: each bad argument is a CachalotError (ArgumentError also a ValueError),
+    never a TypeError/OverflowError from the binding, nor silently accepted."""
+    (trace,) = _extreme_traces(tmp_path, seed=5, count=1)
+    with pytest.raises(cachalot.CachalotError):
+        call(str(trace))
