@@ -39,6 +39,8 @@ LIBRARY_PARTS = {
     "cudart": ["fake_cudart", "cudart_state", "cudart_driver", "cudart_driver_device"],
     "cudnn": ["fake_cudnn", "cudnn_backend"],
 }
+# torch.compile: Triton's modules and launches, CUDA graph capture (reduce-overhead)
+LIBRARY_PARTS["cudart"] += ["cudart_modules", "cudart_graphs"]
 
 # The libraries the capture preloads, in the order they must be loaded.
 LIBRARIES = (
@@ -215,7 +217,7 @@ def driver_entry_points() -> set[str]:
     """The driver API names the fake cudart implements: its two tables of entry points,
     ``FK(name)`` in cudart_driver.cpp and ``FK("name", fn)`` in cudart_driver_device.cpp."""
     names = set()
-    for part in ("cudart_driver", "cudart_driver_device"):
+    for part in ("cudart_driver", "cudart_driver_device", "cudart_modules"):
         text = (RUNTIME_SRC / f"{part}.cpp").read_text()
         names |= set(re.findall(r'\bFK\(\s*"?(cu[A-Z]\w*)', text))
         names |= set(re.findall(r'\{"(cu[A-Z]\w*)"', text))

@@ -390,7 +390,8 @@ void* lookup_driver_symbol(const char* name) {
   if (!name) return nullptr;
   for (const auto& d : kDriverSyms)
     if (strcmp(d.name, name) == 0) return d.fn;
-  return lookup_device_symbol(name);
+  if (void* fn = lookup_device_symbol(name)) return fn;
+  return lookup_module_symbol(name);  // cudart_modules.cpp: Triton's modules and launches
 }
 
 }  // namespace fkrt

@@ -175,6 +175,20 @@ int device_attribute(int attr);
 void* lookup_driver_symbol(const char* name);
 // The driver API of cudart_driver_device.cpp named `name`, or nullptr.
 void* lookup_device_symbol(const char* name);
+// The driver API of cudart_modules.cpp (modules, launches: Triton's) named `name`, or nullptr.
+void* lookup_module_symbol(const char* name);
+
+// cudart_modules.cpp's deterministic clock: an event's time when recorded, the time between
+// two recorded events (false if either was not recorded), an event destroyed.
+void clock_event_record(const void* event);
+bool clock_elapsed_ms(const void* start, const void* end, float* ms);
+void clock_event_forget(const void* event);
+
+// cudart_graphs.cpp: whether `stream` is capturing a CUDA graph, and its capture id and graph.
+cudaStreamCaptureStatus capture_status(const void* stream, unsigned long long* id,
+                                       cudaGraph_t* graph);
+// A kernel launched on `stream`: a node of its graph if it is capturing.
+void capture_kernel(const void* stream);
 
 // Events alive (created and not yet destroyed), so that a destroyed or foreign handle is an
 // error, never a use of freed memory.

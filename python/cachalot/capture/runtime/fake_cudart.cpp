@@ -474,19 +474,19 @@ cudaError_t cudaStreamGetDevice(cudaStream_t hStream, int* device) {
   *device = hStream ? reinterpret_cast<FakeStream*>(hStream)->device : t_device;
   return cudaSuccess;
 }
-cudaError_t cudaStreamIsCapturing(cudaStream_t, enum cudaStreamCaptureStatus* pCaptureStatus) {
+// Capture state is cudart_graphs.cpp's.
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus* pCaptureStatus) {
   if (!pCaptureStatus) return set_err(cudaErrorInvalidValue);
-  *pCaptureStatus = cudaStreamCaptureStatusNone;
+  *pCaptureStatus = capture_status(stream, nullptr, nullptr);
   return cudaSuccess;
 }
-cudaError_t cudaStreamGetCaptureInfo(cudaStream_t, enum cudaStreamCaptureStatus* captureStatus_out,
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus* captureStatus_out,
                                      unsigned long long* id_out, cudaGraph_t* graph_out,
                                      const cudaGraphNode_t** dependencies_out,
                                      const cudaGraphEdgeData** edgeData_out,
                                      size_t* numDependencies_out) {
-  if (captureStatus_out) *captureStatus_out = cudaStreamCaptureStatusNone;
-  if (id_out) *id_out = 0;
-  if (graph_out) *graph_out = nullptr;
+  cudaStreamCaptureStatus st = capture_status(stream, id_out, graph_out);
+  if (captureStatus_out) *captureStatus_out = st;
   if (dependencies_out) *dependencies_out = nullptr;
   if (edgeData_out) *edgeData_out = nullptr;
   if (numDependencies_out) *numDependencies_out = 0;
@@ -516,18 +516,24 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   if (!event_dies(event)) return set_err(cudaErrorInvalidResourceHandle);  // twice, or not one
+  clock_event_forget(event);  // cudart_modules.cpp's clock
   delete reinterpret_cast<FakeEvent*>(event);
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaEventRecordWithFlags(cudaEvent_t, cudaStream_t, unsigned int) {
+// Events take their times from cudart_modules.cpp's deterministic clock.
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  if (event_live(e)) clock_event_record(e);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t, unsigned int) {
+  if (event_live(e)) clock_event_record(e);
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (!ms) return set_err(cudaErrorInvalidValue);
-  *ms = 0.0f;
+  if (!clock_elapsed_ms(start, end, ms)) *ms = 0.0f;
   return cudaSuccess;
 }
 
@@ -575,16 +581,19 @@ cudaError_t __cudaGetKernel(cudaKernel_t* kernelPtr, const void* entryFuncAddr) 
   return cudaSuccess;
 }
 static std::atomic<uint64_t> g_launches{0};
-cudaError_t __cudaLaunchKernel(cudaKernel_t, dim3, dim3, void**, size_t, cudaStream_t) {
+cudaError_t __cudaLaunchKernel(cudaKernel_t, dim3, dim3, void**, size_t, cudaStream_t stream) {
   g_launches.fetch_add(1, std::memory_order_relaxed);
+  capture_kernel(stream);  // a node of the graph the stream captures, if any
   return cudaSuccess;
 }
-cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size_t, cudaStream_t) {
+cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size_t, cudaStream_t stream) {
   g_launches.fetch_add(1, std::memory_order_relaxed);
+  capture_kernel(stream);
   return cudaSuccess;
 }
-cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void*, void**) {
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void*, void**) {
   g_launches.fetch_add(1, std::memory_order_relaxed);
+  if (config) capture_kernel(config->stream);
   return cudaSuccess;
 }
 uint64_t fakecuda_kernel_launches(void) { return g_launches.load(); }
