@@ -30,32 +30,19 @@ class _Session:
     def __init__(self, torch):
         self.torch = torch
         self.max_entries = int(os.environ.get(ENV_MAX_ENTRIES) or DEFAULT_MAX_ENTRIES)
-        self.compile_calls = 0
         self.started = time.perf_counter()
         from .hostreads import HostReads
 
         self.reads = HostReads()
         self.reads.install(torch)
-        self._wrap_compile()
+        from .compile import CompileWatch  # torch.compile runs for real (compile.py)
+
+        self.compile = CompileWatch(torch)
+        self.compile.install()
         torch.cuda._lazy_call(self._start_history)
 
     def _start_history(self):
         history_on(self.torch, self, max_entries=self.max_entries, stacks="python")
-
-    def _wrap_compile(self):
-        # torch.compile's kernels cannot load on the capture runtime, so
-        # TORCH_COMPILE_DISABLE=1 makes compiled functions run eagerly; count
-        # the calls so that the report can say the prediction is eager memory.
-        torch = self.torch
-        orig = torch.compile
-        session = self
-
-        def compile(*args, **kwargs):
-            session.compile_calls += 1
-            return orig(*args, **kwargs)
-
-        compile.__wrapped__ = orig
-        torch.compile = compile
 
     def finish(self, exit_code: int, error: str | None) -> None:
         torch = self.torch
@@ -71,12 +58,7 @@ class _Session:
 
             write_output(snap_path, pickle.dumps(snap))
         warnings = self.reads.warnings()
-        if self.compile_calls:
-            warnings.append(
-                f"torch.compile was called {self.compile_calls}x: the capture runs compiled functions eagerly "
-                "(TORCH_COMPILE_DISABLE=1), so this predicts eager memory; Inductor's fused kernels usually "
-                "save less for backward"
-            )
+        warnings += self.compile.warnings()
         if events >= self.max_entries:
             warnings.append(
                 f"the history filled its {self.max_entries} entries and dropped the oldest: the peak may be "
@@ -113,6 +95,7 @@ class _Session:
                 "bytes": self.reads.bytes_read,
             },
             "warnings": warnings,
+            "compile": self.compile.summary(),
         }
         write_output(meta_path, json.dumps(meta, indent=1).encode())
 
@@ -152,7 +135,6 @@ def main() -> int:
     if argv and argv[0] in ("-m", "-c") and len(argv) < 2:
         print(f"cachalot capture: {argv[0]} needs an argument", file=sys.stderr)
         return 2
-    os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
     if argv and argv[0] not in ("-m", "-c") and not os.path.isfile(argv[0]):
         print(
             f"{sys.executable}: can't open file {os.path.abspath(argv[0])!r}: "

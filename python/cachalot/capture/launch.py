@@ -23,6 +23,8 @@ from pathlib import Path
 
 from .. import _recorder, _run
 from . import _env, analysis, build, gpus
+from .compile import env as compile_env
+from .compile import summary_line as compile_line
 
 # The runtime enforces no limit during a capture: the stream is recorded
 # whole, and out-of-memory is decided afterwards by replaying it at the GPU's
@@ -62,10 +64,10 @@ def runtime_env(runtime: Path, gpu: gpus.Gpu) -> dict[str, str]:
         "LD_PRELOAD": preload + (":" + old if old else ""),
         "CUDA_VISIBLE_DEVICES": "0",  # the runtime has one device
         "FAKE_CUDA_CAPACITY": CAPTURE_CAPACITY,
-        "TORCH_COMPILE_DISABLE": "1",  # Triton kernels cannot load here; see _boot
         _env.ENV_ACTIVE: gpu.key,
     }
     env.update(gpu.env())
+    env.update(compile_env(runtime))  # torch.compile: Triton finds the runtime's libcuda
     return env
 
 
@@ -251,6 +253,7 @@ def _capture(args, gpu, reserve, python, py_options, program, runtime, work) -> 
         return _fail(str(e))
     if args.json:
         d = dict(pred.to_dict(), torch=meta["torch"], exit_code=done.status)
+        d["compile"] = meta.get("compile")  # what torch.compile did (compile.py)
         print(json.dumps(dict(d, seconds=meta["seconds"]), indent=1))
     else:
         print(
@@ -258,6 +261,8 @@ def _capture(args, gpu, reserve, python, py_options, program, runtime, work) -> 
             f"{meta['torch']}), {meta['seconds']:.1f} s",
             file=sys.stderr,
         )
+        if (meta.get("compile") or {}).get("graphs_compiled"):
+            print(compile_line(meta["compile"]), file=sys.stderr)
         print(pred.report())
     if meta.get("error") or done.status:
         first = (meta.get("error") or f"exit {done.status}").splitlines()[0][:300]
