@@ -109,6 +109,24 @@ RULES = [
     (_HF_MASK, "fast_all(padding_mask", True),
 ]
 
+# What each rule's answer assumes, and what the other answer would change (for the warning).
+ASSUMED = {
+    "unfinished_sequences.max() == 0": (
+        "no sequence has sampled an EOS token, so generate() runs to max_length (the longest "
+        "generation, the largest KV cache); a sampled EOS would stop it sooner"
+    ),
+    '(model_kwargs["attention_mask"] == 1).all()': (
+        "the attention mask is all ones (no padding), so generate() drops it and takes the "
+        "unpadded path; a padded batch keeps the mask and builds a 4-D attention mask, which "
+        "takes more memory: with left-padded prompts this under-predicts"
+    ),
+    "(encoder_input_ids < 0).any()": "no token id is negative (valid input); nothing changes",
+    "fast_all(padding_mask": (
+        "the padding mask has no padding, so attention runs causal without a mask tensor; "
+        "with padding a 4-D mask (batch x 1 x query x key) is built per layer call"
+    ),
+}
+
 
 def _user_frame(f):
     """The first frame outside torch and this package (torch.nn counts as user code)."""
@@ -215,14 +233,10 @@ class HostReads:
     def warnings(self) -> list[str]:
         out = []
         for rule, n in self.answered.items():
-            note = (
-                "; generate() is taken to run to max_length (a sampled EOS token would stop it "
-                "earlier)"
-                if "unfinished_sequences" in rule
-                else ""
-            )
+            code = rule.split(": ", 1)[-1]
             out.append(
-                f"answered {n} host reads of device data at a known call site ({rule}){note}"
+                f"answered {n} host reads of device data at a known call site, {rule}, "
+                f"assuming {ASSUMED.get(code, 'the value a typical run gives')}"
             )
         for site, n in self.unanswered.most_common(20):
             out.append(
