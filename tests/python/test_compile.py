@@ -135,10 +135,10 @@ torch.cuda.synchronize()
 """
 
 
-def _capture_code(tmp_path: Path, code: str) -> dict:
+def _capture_code(tmp_path: Path, code: str, gpu: str = "h100", extra: dict | None = None) -> dict:
     if not TORCH_PYTHON.exists():
         pytest.skip(f"no torch venv at {TORCH_PYTHON} (set CACHALOT_TORCH_PYTHON)")
-    env = package_env()
+    env = package_env(extra)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     p = subprocess.run(
         [
@@ -149,6 +149,8 @@ def _capture_code(tmp_path: Path, code: str) -> dict:
             "-o",
             str(tmp_path / "trace.pickle"),
             "--json",
+            "--gpu",
+            gpu,
             "--",
             str(TORCH_PYTHON),
             "-c",
@@ -189,3 +191,30 @@ def test_a_frame_that_cannot_compile_runs_eagerly_and_is_named(tmp_path):
     assert len(answer["compile"]["failures"]) == 1
     # the program went on eagerly: the input and its double were allocated
     assert answer["peak_allocated"] >= 2 * 256 * 1024 * 4
+
+
+SMALL_KERNEL = """
+import torch
+
+f = torch.compile(lambda x: (x.sin() + 1).softmax(dim=-1))
+y = f(torch.randn(64, 1024, device="cuda"))
+torch.cuda.synchronize()
+"""
+
+
+def test_triton_compiles_for_the_gpu_being_pretended(tmp_path):
+    # fresh caches, so that every kernel is compiled in this run for this GPU
+    caches = {
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+    }
+    answer = _capture_code(tmp_path, SMALL_KERNEL, gpu="a100", extra=caches)
+    assert answer["compile"]["graphs_compiled"] == 1, answer["compile"]
+    assert answer["compile"]["triton_modules_loaded"] >= 1, answer["compile"]
+    metas = [
+        json.loads(p.read_text())
+        for p in (tmp_path / "triton").rglob("*.json")
+        if not p.name.startswith("__grp__")
+    ]
+    archs = {m["target"]["arch"] for m in metas if "target" in m}
+    assert archs == {80}, archs  # an A100 is sm_80 (the GPU table's compute capability 8.0)
