@@ -66,21 +66,55 @@ fn tune_on_a_fifo_with_no_writer_ends_at_ctrl_c() {
     assert!(err.contains("interrupted by Ctrl-C"), "{err}");
 }
 
+/// About 1.2 million rows of allocations and frees at `dir/big.csv`.
+fn big_trace(dir: &Path) -> std::path::PathBuf {
+    let input = dir.join("big.csv");
+    let mut f = std::io::BufWriter::new(fs::File::create(&input).unwrap());
+    writeln!(f, "Thread,Time,Action,Pointer,Size,Stream").unwrap();
+    for i in 0..600_000u64 {
+        let size = 512 + (i * 7919) % 4_000_000;
+        writeln!(f, "1,{},allocate,{:#x},{size},0", 2 * i, 0x1000 + i).unwrap();
+        writeln!(f, "1,{},free,{:#x},{size},0", 2 * i + 1, 0x1000 + i).unwrap();
+    }
+    input
+}
+
+#[test]
+fn a_long_tune_stops_at_ctrl_c_by_itself_and_writes_no_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = big_trace(dir.path());
+    let html = dir.path().join("report.html");
+    let child = cachalot()
+        .args(["tune", "--capacity", "24G", "--threads", "1", "--html"])
+        .arg(&html)
+        .arg(&input)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Well inside the run (loading and replaying take seconds), well after the handlers are
+    // installed (the first thing the command does).
+    std::thread::sleep(Duration::from_millis(400));
+    let signalled = Instant::now();
+    kill(&child, nix::sys::signal::Signal::SIGINT);
+    let (code, err) = wait_within(child, Duration::from_secs(10));
+    assert_eq!(code, 130, "{err}");
+    // Ended by its own checks (the replay rows, the search's waves, the reads), before the
+    // signal thread's grace period would have ended the process.
+    assert!(
+        signalled.elapsed() < cachalot_cli::GRACE,
+        "{:?}",
+        signalled.elapsed()
+    );
+    assert_eq!(names(dir.path()), ["big.csv"]);
+}
+
 #[test]
 fn convert_killed_while_writing_keeps_the_previous_file_and_no_temporary_one() {
     let dir = tempfile::tempdir().unwrap();
     // About 1.2 million rows: gzip-compressing them takes well over the moment the signal
     // needs to arrive while the temporary file is written.
-    let input = dir.path().join("big.csv");
-    {
-        let mut f = std::io::BufWriter::new(fs::File::create(&input).unwrap());
-        writeln!(f, "Thread,Time,Action,Pointer,Size,Stream").unwrap();
-        for i in 0..600_000u64 {
-            let size = 512 + (i * 7919) % 4_000_000;
-            writeln!(f, "1,{},allocate,{:#x},{size},0", 2 * i, 0x1000 + i).unwrap();
-            writeln!(f, "1,{},free,{:#x},{size},0", 2 * i + 1, 0x1000 + i).unwrap();
-        }
-    }
+    let input = big_trace(dir.path());
     let out_dir = dir.path().join("out");
     fs::create_dir(&out_dir).unwrap();
     let out = out_dir.join("trace.csv.gz");
