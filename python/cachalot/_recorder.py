@@ -221,10 +221,10 @@ class Recorder:
         for i in used:
             p = torch.cuda.get_device_properties(i)
             devices.append({"index": i, "name": p.name, "total_memory": int(p.total_memory)})
-        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
         return {
             "devices": devices,
-            "alloc_conf": conf or "",
+            # the string torch read (an empty PYTORCH_CUDA_ALLOC_CONF is set), decided in Rust
+            "alloc_conf": native().env_conf(),
             # `tune` reads the release to recommend only what it accepts
             "torch_version": str(torch.__version__),
             "cuda_version": torch.version.cuda,

@@ -189,3 +189,23 @@ def test_predict_agrees_with_the_commands_it_replaces():
     assert (tuned["best"], tuned["fits"]) == (d["tuned_conf"], d["tuned_fits"])
     best = json.loads(cli("tune", str(PLAIN), "--min-capacity", "--json", "-q"))
     assert d["best_min_capacity"] == min(best["min_capacity"], d["min_capacity"])
+
+
+def test_the_environments_configuration_is_read_in_rust(monkeypatch):
+    """`_native.env_conf()`: the string torch takes (its `allocator_settings`), read as torch
+    reads the variables; no Python file reads them itself."""
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "expandable_segments:True")
+    assert _native.env_conf() == "expandable_segments:True"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "")  # set, so torch reads it, not the other
+    assert _native.env_conf() == ""
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "bogus:1")
+    with pytest.raises(_native.ConfigError, match="bogus"):
+        _native.env_conf()
+    package = Path(analysis.__file__).resolve().parents[1]
+    readers = [
+        f"{path.relative_to(package)}:{n}"
+        for path in package.rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "_ALLOC_CONF" in line and ("environ.get(" in line or "getenv(" in line)
+    ]
+    assert readers == [], readers

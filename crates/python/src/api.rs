@@ -301,6 +301,18 @@ pub fn parse_config(
     Ok((resolved.conf.to_pytorch_string(), rows, warnings))
 }
 
+/// The configuration string torch 2.15 takes from the environment, as its snapshots record it
+/// (`allocator_settings`): the first set of `PYTORCH_CUDA_ALLOC_CONF`, `PYTORCH_HIP_ALLOC_CONF`,
+/// `PYTORCH_ALLOC_CONF` (an empty one counts as set), `""` when none is; ConfigError when torch
+/// would reject it.
+#[pyfunction]
+pub fn env_conf(py: Python<'_>) -> PyResult<String> {
+    let resolved = py
+        .detach(|| cachalot_app::workload::resolve_conf(None, None))
+        .map_err(|e| ConfigError::new_err(e.to_string()))?;
+    Ok(resolved.conf.last_allocator_settings)
+}
+
 /// The byte-size reader (`24G`, `512M`, bytes), as every size cachalot reads.
 #[pyfunction]
 pub fn parse_size(s: &str) -> PyResult<u64> {

@@ -70,6 +70,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(predict::predict, m)?)?;
     m.add_function(wrap_pyfunction!(api::parse_config, m)?)?;
     m.add_function(wrap_pyfunction!(api::parse_size, m)?)?;
+    m.add_function(wrap_pyfunction!(api::env_conf, m)?)?;
     m.add_function(wrap_pyfunction!(output::write_output, m)?)?;
     m.add_function(wrap_pyfunction!(output::check_output, m)?)?;
     m.add_function(wrap_pyfunction!(api::parse_capacity, m)?)?;

@@ -294,8 +294,8 @@ def write_device_info(output: str, gpu: gpus.Gpu) -> None:
     """`STEM.device.json` beside a trace written to a regular file, as `cachalot record`
     writes it: `cachalot tune --gpu` then knows which GPU the trace was captured as."""
     if os.path.isfile(output):
-        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
-        info = json.dumps(gpus.device_info(gpu, conf or ""), indent=1).encode()
+        conf = _recorder.native().env_conf()  # as torch reads it, in Rust
+        info = json.dumps(gpus.device_info(gpu, conf), indent=1).encode()
         _recorder.native().write_output(_recorder.info_path(output), info)
 
 
