@@ -218,3 +218,16 @@ def test_triton_compiles_for_the_gpu_being_pretended(tmp_path):
     ]
     archs = {m["target"]["arch"] for m in metas if "target" in m}
     assert archs == {80}, archs  # an A100 is sm_80 (the GPU table's compute capability 8.0)
+
+
+def test_the_report_line_counts_what_was_compiled_and_what_ran_eagerly():
+    from cachalot.capture.compile import summary_line
+
+    one = {"graphs_compiled": 1, "triton_modules_loaded": 1, "triton_launches": 1, "failures": {}}
+    assert summary_line(one) == (
+        "torch.compile: 1 graph compiled by Inductor, 1 Triton kernel loaded, 1 launch"
+    )
+    many = dict(one, graphs_compiled=2, triton_launches=6098, failures={"f <string>: E": 1})
+    line = summary_line(many)
+    assert "2 graphs" in line and "6098 launches" in line, line
+    assert line.endswith("; 1 frame ran eagerly (see the warnings)"), line

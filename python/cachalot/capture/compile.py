@@ -39,12 +39,16 @@ def env(runtime: Path) -> dict[str, str]:
 
 def summary_line(summary: dict) -> str:
     """One line for the text report: what Inductor compiled and the runtime ran."""
+
+    def n(count: int, what: str, plural: str = "s") -> str:
+        return f"{count} {what}{'' if count == 1 else plural}"
+
     eager = len(summary.get("failures") or {})
     return (
-        f"torch.compile: {summary['graphs_compiled']} graphs compiled by Inductor, "
-        f"{summary['triton_modules_loaded']} Triton kernels loaded, "
-        f"{summary['triton_launches']} launches"
-        + (f"; {eager} frames ran eagerly (see the warnings)" if eager else "")
+        f"torch.compile: {n(summary['graphs_compiled'], 'graph')} compiled by Inductor, "
+        f"{n(summary['triton_modules_loaded'], 'Triton kernel')} loaded, "
+        f"{n(summary['triton_launches'], 'launch', 'es')}"
+        + (f"; {n(eager, 'frame')} ran eagerly (see the warnings)" if eager else "")
     )
 
 
