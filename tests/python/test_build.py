@@ -36,7 +36,12 @@ def test_the_whole_runtime_builds_with_warnings_as_errors(tmp_path):
         # Each library exports what the capture binds to it, so the link did what it should.
         nm = ["nm", "-D", "--defined-only", str(so)]
         syms = subprocess.run(nm, check=True, capture_output=True, text=True)
-        prefix = {"libnvidia-ml.so.1": " nvml", "libcuda.so.1": " cuInit"}.get(lib, " cu")
+        prefix = {
+            "libnvidia-ml.so.1": " nvml",
+            "libcuda.so.1": " cuInit",
+            "libnccl.so.2": " ncclAllReduce",
+        }
+        prefix = prefix.get(lib, " cu")
         assert prefix in syms.stdout, lib
 
 

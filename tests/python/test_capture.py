@@ -200,8 +200,8 @@ def test_other_gpus_change_what_torch_is_told(tmp_path):
 def test_usage_errors_say_what_is_valid(tmp_path):
     p = _run_capture(["--gpu", "h1000", "--", "python", "x.py"])
     assert p.returncode == 2 and "unknown GPU 'h1000'" in p.stderr and "h100" in p.stderr
-    p = _run_capture(["--", "torchrun", "x.py"])
-    assert p.returncode == 2 and "not a Python interpreter" in p.stderr
+    p = _run_capture(["--devices", "0", "--", "python", "x.py"])
+    assert p.returncode == 2 and "--devices 0: expected a number of GPUs" in p.stderr
     p = _run_capture([])
     assert p.returncode == 2 and "nothing to run" in p.stderr
 

@@ -1,12 +1,19 @@
-"""Loaded by `cachalot record` into the script's interpreter (PYTHONPATH): when the script
-imports torch, memory history recording starts; at exit the snapshot is written (also after a
-SIGTERM, which then ends the script through `SystemExit(143)`; a Ctrl-C while the snapshot is
-being written does not cut it short). Any other `sitecustomize` on the path still runs.
-Settings come from CACHALOT_RECORD_* variables.
+"""The one injection mechanism of `cachalot record` and `cachalot capture`: loaded into every
+Python interpreter the command starts (PYTHONPATH, inherited by each child: a launcher such as
+torchrun, the ranks it starts, `torch.multiprocessing.spawn`'s workers). Nothing happens until
+the process imports torch; then:
 
-Every Python process the program starts inherits this: the first one recorded writes the
-snapshot at CACHALOT_RECORD_OUT, each other one (a rank of `torch.multiprocessing.spawn` or
-torchrun) its own `NAME.rankR.pickle` / `NAME.pidP.pickle` (see `_recorder.process_path`).
+- under `cachalot record` (CACHALOT_RECORD_* variables) memory history recording starts; at
+  exit the snapshot is written (also after a SIGTERM, which then ends the script through
+  `SystemExit(143)`; a Ctrl-C while the snapshot is being written does not cut it short). The
+  first recorded process writes the snapshot at CACHALOT_RECORD_OUT, each other one (a rank)
+  its own `NAME.rankR.pickle` / `NAME.pidP.pickle` (see `_recorder.process_path`);
+- under `cachalot capture` (CACHALOT_CAPTURE_DIR; the capture runtime is preloaded through
+  LD_PRELOAD, inherited too) `cachalot.capture._boot` starts a capture session in the process:
+  each process that uses CUDA writes its own trace and result into that folder, a process that
+  never does (the launcher) writes only a note that it ran.
+
+Any other `sitecustomize` on the path still runs.
 """
 
 import atexit
@@ -59,7 +66,16 @@ def _start(torch):
     atexit.register(finish)
 
 
+def _start_capture(torch):
+    from cachalot.capture import _boot  # the capture puts this cachalot on PYTHONPATH
+
+    _boot.start(torch)
+
+
 class _WhenTorchIsImported(importlib.abc.MetaPathFinder):
+    def __init__(self, start):
+        self.start = start
+
     def find_spec(self, name, path=None, target=None):
         if name != "torch":
             return None
@@ -68,19 +84,22 @@ class _WhenTorchIsImported(importlib.abc.MetaPathFinder):
         if spec is None or spec.loader is None:
             return spec
         loader_exec = spec.loader.exec_module
+        start = self.start
 
         def exec_module(module):
             loader_exec(module)
-            _start(module)
+            start(module)
 
         spec.loader.exec_module = exec_module
         return spec
 
 
-if os.environ.get("CACHALOT_RECORD_OUT"):
+if os.environ.get("CACHALOT_CAPTURE_DIR"):
+    sys.meta_path.insert(0, _WhenTorchIsImported(_start_capture))
+elif os.environ.get("CACHALOT_RECORD_OUT"):
     # The first recorded process claims the -o name; the processes it starts inherit this.
     os.environ.setdefault("CACHALOT_RECORD_FIRST_PID", str(os.getpid()))
-    sys.meta_path.insert(0, _WhenTorchIsImported())
+    sys.meta_path.insert(0, _WhenTorchIsImported(_start))
 
 
 def _chain():

@@ -1,36 +1,57 @@
-"""Runs inside the captured process: the user's program under the capture runtime.
+"""The capture session inside each process of a captured program.
 
-``cachalot capture -- python train.py ARGS`` starts
-``python -m cachalot.capture._boot train.py ARGS`` (or ``-m MOD`` / ``-c CODE``)
-with the runtime preloaded. This module turns torch's memory history on at
-CUDA's lazy init (so a ``PYTORCH_CUDA_ALLOC_CONF`` the script sets before its
-first CUDA call still counts), runs the program as ``__main__``, and at exit,
-also when it raises, writes the snapshot and a JSON sidecar that the launcher
-turns into the answer.
+`cachalot capture -- COMMAND` runs COMMAND unchanged with the capture runtime preloaded
+(LD_PRELOAD) and `cachalot/_boot/sitecustomize.py` on PYTHONPATH, the injection mechanism
+`cachalot record` uses too; both are inherited by every process the command starts. When a
+process imports torch, `start(torch)` runs here:
 
-The user sees what `python SCRIPT` would show: a failing script's traceback starts at the
-script (this module's and runpy's frames are left out), a SIGTERM ends the script through
-`SystemExit(143)` so that the capture is still written.
+- torch's memory history is turned on at CUDA's lazy init (so a ``PYTORCH_CUDA_ALLOC_CONF``
+  the script sets before its first CUDA call still counts);
+- host reads of device data are counted and the few known ones answered (`hostreads`), and
+  `torch.compile` is watched (it runs for real: `compile.py`);
+- at exit (also after an uncaught exception, or a SIGTERM, which ends the script through
+  `SystemExit(143)`) the process writes into CACHALOT_CAPTURE_DIR its snapshot
+  ``procPID.pickle`` (if it used CUDA) and ``procPID.json``: its rank, the devices it used,
+  torch's own statistics, warnings, the error that ended it. A launcher (torchrun) imports
+  torch but never uses CUDA: its note says so, and it is only run.
+
+The user's script runs as `python SCRIPT` runs it, so its tracebacks are its own.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
-import runpy
+import signal
 import sys
 import time
 import traceback
 
-from .._recorder import history_on, other_allocator, write_output
-from ._env import DEFAULT_MAX_ENTRIES, ENV_MAX_ENTRIES, ENV_META, ENV_SNAPSHOT
+from .._recorder import exit_on_sigterm, history_on, other_allocator, write_output
+from ._env import DEFAULT_MAX_ENTRIES, ENV_DIR, ENV_MAX_ENTRIES
+
+_STATS = (
+    "allocated_bytes.all.peak",
+    "reserved_bytes.all.peak",
+    "active_bytes.all.peak",
+    "requested_bytes.all.peak",
+    "num_alloc_retries",
+    "num_ooms",
+    "num_device_alloc",
+)
 
 
 class _Session:
     def __init__(self, torch):
         self.torch = torch
         self.max_entries = int(os.environ.get(ENV_MAX_ENTRIES) or DEFAULT_MAX_ENTRIES)
+        self.error: str | None = None
+        self.rank: int | None = None
+        self.world_size: int | None = None
         self.started = time.perf_counter()
+        self.finished = False
         from .hostreads import HostReads
 
         self.reads = HostReads()
@@ -39,24 +60,65 @@ class _Session:
 
         self.compile = CompileWatch(torch)
         self.compile.install()
+        self._watch_process_group()
         torch.cuda._lazy_call(self._start_history)
 
     def _start_history(self):
+        if other_allocator(self.torch):
+            return  # the program chose another allocator: the result says so, no history
         history_on(self.torch, self, max_entries=self.max_entries, stacks="python")
 
-    def finish(self, exit_code: int, error: str | None) -> None:
+    def _watch_process_group(self):
+        """Remember the rank once the program joins its default process group (a rank of
+        `torch.multiprocessing.spawn` has no RANK variable; the group may be gone at exit)."""
+        session = self
+        try:
+            import torch.distributed as dist
+            import torch.distributed.distributed_c10d as c10d
+        except ImportError:
+            return
+        if not dist.is_available():
+            return
+        orig = c10d.init_process_group
+
+        def init_process_group(*args, **kwargs):
+            out = orig(*args, **kwargs)
+            with contextlib.suppress(Exception):
+                session.rank, session.world_size = dist.get_rank(), dist.get_world_size()
+            return out
+
+        init_process_group.__wrapped__ = orig
+        c10d.init_process_group = init_process_group
+        dist.init_process_group = init_process_group
+
+    def _rank(self) -> int | None:
+        if self.rank is not None:
+            return self.rank
+        rank = os.environ.get("RANK")
+        return int(rank) if rank and rank.isdigit() else None
+
+    def finish(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
         torch = self.torch
-        snap_path, meta_path = os.environ[ENV_SNAPSHOT], os.environ[ENV_META]
+        base = os.path.join(os.environ[ENV_DIR], f"proc{os.getpid()}")
         used_cuda = torch.cuda.is_initialized()
-        foreign = getattr(self, "other_allocator", None)
+        foreign = other_allocator(torch) if used_cuda else None
         stats = torch.cuda.memory_stats() if used_cuda and not foreign else {}
-        events = 0
+        events, devices = 0, []
         if used_cuda and not foreign:
             snap = torch.cuda.memory._snapshot()
-            events = sum(len(t) for t in snap.get("device_traces", []))
+            traces = snap.get("device_traces", [])
+            devices = [i for i, t in enumerate(traces) if any(e["action"] != "snapshot" for e in t)]
+            if devices:
+                # torch marks the start of the history on every device; a rank's trace is the
+                # devices it used (the advisor then needs no --device)
+                snap["device_traces"] = [t if i in devices else [] for i, t in enumerate(traces)]
+            events = sum(len(t) for t in snap["device_traces"])
             import pickle
 
-            write_output(snap_path, pickle.dumps(snap))
+            write_output(base + ".pickle", pickle.dumps(snap))
         warnings = self.reads.warnings()
         warnings += self.compile.warnings()
         if events >= self.max_entries:
@@ -68,27 +130,22 @@ class _Session:
             warnings.append(
                 "torch ran out of memory during the capture (a memory fraction in the allocator config?)"
             )
+        local = os.environ.get("LOCAL_RANK")
         meta = {
-            "other_allocator": getattr(self, "other_allocator", None),
+            "pid": os.getpid(),
+            "rank": self._rank(),
+            "local_rank": int(local) if local and local.isdigit() else None,
+            "world_size": self.world_size or _int_env("WORLD_SIZE"),
+            "argv": list(sys.argv),
+            "other_allocator": foreign,
             "torch": torch.__version__,
             "device": torch.cuda.get_device_name() if used_cuda else None,
+            "devices": devices,
             "used_cuda": used_cuda,
             "events": events,
-            "exit_code": exit_code,
-            "error": error,
+            "error": self.error,
             "seconds": round(time.perf_counter() - self.started, 3),
-            "torch_stats": {
-                k: stats.get(k, 0)
-                for k in (
-                    "allocated_bytes.all.peak",
-                    "reserved_bytes.all.peak",
-                    "active_bytes.all.peak",
-                    "requested_bytes.all.peak",
-                    "num_alloc_retries",
-                    "num_ooms",
-                    "num_device_alloc",
-                )
-            },
+            "torch_stats": {k: stats.get(k, 0) for k in _STATS},
             "host_reads": {
                 "unanswered": dict(self.reads.unanswered),
                 "answered": dict(self.reads.answered),
@@ -97,77 +154,39 @@ class _Session:
             "warnings": warnings,
             "compile": self.compile.summary(),
         }
-        write_output(meta_path, json.dumps(meta, indent=1).encode())
+        write_output(base + ".json", json.dumps(meta, indent=1).encode())
 
 
-def _user_traceback(e: BaseException):
-    """`e`'s traceback without the frames of this module and of runpy above the user's code."""
-    tb = e.__traceback__
-    ours = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
-
-    def name(tb):
-        return tb.tb_frame.f_code.co_filename
-
-    while tb is not None and (name(tb) in ours or os.path.abspath(name(tb)) in ours):
-        tb = tb.tb_next
-    return tb
+def _int_env(name: str) -> int | None:
+    v = os.environ.get(name)
+    return int(v) if v and v.isdigit() else None
 
 
-def _run_user(argv: list[str]) -> None:
-    if not argv:
-        raise SystemExit("cachalot capture: nothing to run after `python`")
-    if argv[0] == "-m":
-        sys.argv = argv[1:]
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    elif argv[0] == "-c":
-        sys.argv = ["-c", *argv[2:]]
-        code = compile(argv[1], "<string>", "exec")
-        exec(code, {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102 (python -c)
-    else:
-        sys.argv = argv
-        # as `python SCRIPT` would have it: the script's folder first, not the cwd `-m` put there
-        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
-        runpy.run_path(argv[0], run_name="__main__")
-
-
-def main() -> int:
-    argv = sys.argv[1:]
-    if argv and argv[0] in ("-m", "-c") and len(argv) < 2:
-        print(f"cachalot capture: {argv[0]} needs an argument", file=sys.stderr)
-        return 2
-    if argv and argv[0] not in ("-m", "-c") and not os.path.isfile(argv[0]):
-        print(
-            f"{sys.executable}: can't open file {os.path.abspath(argv[0])!r}: "
-            "[Errno 2] No such file or directory",
-            file=sys.stderr,
-        )
-        return 2
-    import torch
-
-    from .._recorder import exit_on_sigterm
-
-    exit_on_sigterm()
+def start(torch) -> None:
+    """Starts the capture session of this process (sitecustomize calls it when torch is
+    imported); the result is written at exit."""
     session = _Session(torch)
-    code, error = 0, None
-    try:
-        _run_user(argv)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, (int, type(None))):
-            print(e.code, file=sys.stderr)
-    except KeyboardInterrupt as e:
-        traceback.print_exception(type(e), e, _user_traceback(e))
-        code = 130
-    except BaseException as e:  # noqa: BLE001 (the script failed: still write what was captured)
-        traceback.print_exception(type(e), e, _user_traceback(e))
-        code, error = 1, f"{type(e).__name__}: {e}"[:2000]
-    try:
-        session.other_allocator = other_allocator(torch)
-        session.finish(code, error)
-    except KeyboardInterrupt:
-        code = 130
-    return code
+    exit_on_sigterm()
+    previous_hook = sys.excepthook
 
+    def excepthook(kind, value, tb):
+        # The traceback is the program's own (printed as usual); the result keeps its text.
+        session.error = "".join(traceback.format_exception(kind, value, tb))[-4000:]
+        previous_hook(kind, value, tb)
 
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.excepthook = excepthook
+
+    def finish():
+        try:
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            previous = None
+        try:
+            session.finish()
+        except Exception as e:  # noqa: BLE001 - exiting: report, do not raise
+            print(f"cachalot capture: could not write this process's capture: {e}", file=sys.stderr)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+    atexit.register(finish)

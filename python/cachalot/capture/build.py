@@ -5,7 +5,7 @@ their sources and the torch build, built under a lock into a temporary folder th
 into place whole, so concurrent first uses build once and a failed build leaves nothing):
 
 - the capture runtime, ``runtime/`` (a CUDA stack that computes nothing: libcudart, libcuda,
-  libnvidia-ml, cuBLAS, cuBLASLt and cuDNN), compiled against the headers of the NVIDIA wheels
+  libnvidia-ml, cuBLAS, cuBLASLt, cuDNN and NCCL), compiled against the headers of the NVIDIA wheels
   the user's torch already depends on. Nothing NVIDIA ships is linked or copied: the real
   libraries are read with ``nm -D`` only, for the names of the symbols they export, so that
   every name torch may bind to exists in the fake;
@@ -36,7 +36,13 @@ RUNTIME_SRC = Path(__file__).with_name("runtime")
 # The sources (runtime/NAME.cpp) of the libraries written in more than one file; the others
 # are runtime/fake_TAG.cpp alone.
 LIBRARY_PARTS = {
-    "cudart": ["fake_cudart", "cudart_state", "cudart_driver", "cudart_driver_device"],
+    "cudart": [
+        "fake_cudart",
+        "cudart_state",
+        "cudart_shadow",
+        "cudart_driver",
+        "cudart_driver_device",
+    ],
     "cudnn": ["fake_cudnn", "cudnn_backend"],
 }
 # torch.compile: Triton's modules and launches, CUDA graph capture (reduce-overhead)
@@ -50,6 +56,7 @@ LIBRARIES = (
     "libcublasLt.so.13",
     "libcublas.so.13",
     "libcudnn.so.9",
+    "libnccl.so.2",
 )
 
 # Torch wheels whose CUDA sonames the runtime provides. Other builds (CUDA 12
@@ -87,6 +94,14 @@ class TorchLayout:
     @property
     def cudnn_lib(self) -> Path:
         return self.site_packages / "nvidia" / "cudnn" / "lib"
+
+    @property
+    def nccl_include(self) -> Path:
+        return self.site_packages / "nvidia" / "nccl" / "include"
+
+    @property
+    def nccl_lib(self) -> Path:
+        return self.site_packages / "nvidia" / "nccl" / "lib"
 
 
 def find_torch(python: str | None = None) -> TorchLayout:
@@ -180,6 +195,7 @@ def _check_layout(t: TorchLayout) -> Path:
         t.cuda_include / "cublas_api.h",
         t.cuda_include / "cublasLt.h",
         t.cudnn_include / "cudnn.h",
+        t.nccl_include / "nccl.h",
     ):
         if not f.exists():
             raise BuildError(
@@ -326,8 +342,10 @@ class _Builder:
         p = subprocess.run([self.nm, *args, str(path)], capture_output=True, text=True, check=False)
         return p.stdout.splitlines() if p.returncode == 0 else []
 
-    def torch_imports(self, soname: str) -> set[str]:
-        """Names torch's libraries import from `soname` (e.g. cublasSgemm_v2@libcublas.so.13)."""
+    def torch_imports(self, soname: str, unversioned: str | None = None) -> set[str]:
+        """Names torch's libraries import from `soname` (e.g. cublasSgemm_v2@libcublas.so.13),
+        and, with `unversioned` (a regex), the names matching it that carry no version (NCCL
+        exports none, so torch's imports of it name no library)."""
         names = set()
         libs = list((self.t.torch_dir / "lib").glob("*.so")) + list(self.t.torch_dir.glob("_C*.so"))
         for so in libs:
@@ -335,6 +353,8 @@ class _Builder:
                 sym = line.split()[-1]
                 if sym.endswith("@" + soname):
                     names.add(sym.split("@")[0])
+                elif unversioned and "@" not in sym and re.match(unversioned, sym):
+                    names.add(sym)
         return names
 
     def real_exports(self, path: Path) -> set[str]:
@@ -353,9 +373,12 @@ class _Builder:
             if len(f) == 3 and f[1] == "T"
         }
 
-    def compile(self, src: Path, obj: Path, cxx: bool = True) -> None:
+    def compile(
+        self, src: Path, obj: Path, cxx: bool = True, include: list[str] | None = None
+    ) -> None:
         if cxx:
-            cmd = [self.cxx, *self.cxxflags, *self.inc, "-c", str(src), "-o", str(obj)]
+            inc = [*self.inc, *(include or [])]
+            cmd = [self.cxx, *self.cxxflags, *inc, "-c", str(src), "-o", str(obj)]
         else:
             cmd = [self.cc, "-O2", "-fPIC", *self.warn, "-c", str(src), "-o", str(obj)]
         run(cmd, f"compiling {src.name}")
@@ -366,13 +389,19 @@ class _Builder:
         return p
 
     def stubs(
-        self, tag: str, soname: str, real: Path, regex: str, objs: list[Path], ret: int
+        self,
+        tag: str,
+        soname: str,
+        real: Path,
+        regex: str,
+        objs: list[Path],
+        ret: int,
+        unversioned: bool = False,
     ) -> Path:
         """Stubs returning `ret` for every name torch imports or the real library exports
         and none of `objs` defines."""
-        want = {
-            n for n in self.torch_imports(soname) | self.real_exports(real) if re.search(regex, n)
-        }
+        imports = self.torch_imports(soname, regex if unversioned else None)
+        want = {n for n in imports | self.real_exports(real) if re.search(regex, n)}
         missing = sorted(want - set().union(*map(self.defined, objs)))
         body = [
             f"// generated: entry points of {soname} with no hand-written fake.",
@@ -524,6 +553,31 @@ class _Builder:
                 [*objs, stub_obj],
                 [f"-Wl,--version-script={vs}", "-Wl,-Bsymbolic", "-Wl,-z,defs"],
             )
+        # 7. libnccl.so.2: communicators with no network, collectives that complete at once
+        # (fake_nccl.cpp), over the fake cudart; NCCL's exports carry no symbol version.
+        self.compile(s / "fake_nccl.cpp", o / "fake_nccl.o", include=[f"-I{t.nccl_include}"])
+        stub_obj = self.stubs(
+            "nccl",
+            "libnccl.so.2",
+            t.nccl_lib / "libnccl.so.2",
+            r"^nccl",
+            [o / "fake_nccl.o"],
+            5,  # ncclInvalidUsage
+            unversioned=True,
+        )
+        vs = o / "libnccl.map"  # an anonymous version node: exported as unversioned as NCCL's
+        vs.write_text("{\n  global:\n    nccl*;\n  local:\n    *;\n};\n")
+        self.link(
+            "libnccl.so.2",
+            [o / "fake_nccl.o", stub_obj],
+            [
+                f"-Wl,--version-script={vs}",
+                "-Wl,-Bsymbolic",
+                str(o / "libcudart.so.13"),
+                "-Wl,-rpath,$ORIGIN",
+                "-Wl,-z,defs",
+            ],
+        )
         for f in o.glob("*.o"):
             f.unlink()
 

@@ -13,6 +13,10 @@ from a real run. This module
   when the sequence reaches ``max_length``), "is the attention mask all
   ones?" and "are token ids negative?". These rules are our rendering of the
   ones ``shared/fakegpu/fakegpu_util.py`` uses for its ground truth runs.
+  In a distributed job, DDP's check that every rank holds the same parameters
+  (``torch.distributed._verify_params_across_processes``) gathers shapes that
+  read back as zeros: the check runs, with its device memory, and its "the
+  ranks differ" verdict is dropped (the ranks of one program agree).
 
 The answers patch ``Tensor.__bool__`` and ``Tensor.item`` only; that changes
 no allocation (a dispatch mode would: measured by the fakegpu authors, +144
@@ -178,6 +182,7 @@ class HostReads:
         setter.argtypes = [_D2H_CB, ctypes.c_void_p]
         setter(self._cb, None)
         self._patch(torch)
+        self._patch_distributed(torch)
         if _STOPPING in sys.modules:
             _watch_stopping_criteria(sys.modules[_STOPPING])
         else:
@@ -229,6 +234,30 @@ class HostReads:
             return answer(t, orig_item) if t.is_cuda else orig_item(t)
 
         T.__bool__, T.item = __bool__, item
+
+    def _patch_distributed(self, torch) -> None:
+        dist = getattr(torch, "distributed", None)
+        orig = getattr(dist, "_verify_params_across_processes", None)
+        if orig is None:
+            return
+        reads = self
+        rule = "torch.distributed: DDP's check that every rank has the same parameters"
+
+        def verify(*args, **kwargs):
+            with reads._lock:
+                reads._answering += 1
+            try:
+                return orig(*args, **kwargs)
+            except RuntimeError as e:
+                if "DDP expects same model across all ranks" not in str(e):
+                    raise
+                reads.answered[rule] += 1
+                return None
+            finally:
+                with reads._lock:
+                    reads._answering -= 1
+
+        dist._verify_params_across_processes = verify
 
     def warnings(self) -> list[str]:
         out = []

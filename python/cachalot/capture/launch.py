@@ -1,14 +1,18 @@
-"""`cachalot capture [-o TRACE] [--gpu NAME] -- python train.py ARGS…`
+"""`cachalot capture [-o TRACE] [--gpu NAME] -- COMMAND…` (python, torchrun, accelerate launch…)
 
-Runs the user's program on the capture runtime (a CUDA stack that computes
-nothing, looking like the named GPU), records the allocation stream torch's
-caching allocator receives, and answers: peak allocated, peak reserved under
-the current config, whether it fits, the config that makes it fit, the
-smallest GPU it fits.
+Runs the user's command on the capture runtime (a CUDA stack that computes nothing, looking
+like the named GPU, as many of them as the job uses, with a simulated NCCL), records the
+allocation stream torch's caching allocator receives in every process that uses CUDA (each
+rank of a distributed job), and answers per rank and for the job: peak allocated, peak
+reserved under the current config, whether it fits, the config that makes it fit, the
+smallest GPU it fits (`ranks`).
 
-The process is handled as `cachalot record` handles it (`cachalot._run`): signals are forwarded
-to the program and given time, the temporary folder is removed whatever happens, and the exit
-status says what happened (EXIT_STATUSES, printed by `--help`).
+Every process the command starts is on the runtime (LD_PRELOAD) and runs the one injection
+mechanism `cachalot record` uses too (`cachalot/_boot/sitecustomize.py` → `_boot.start`); the
+launcher itself is only run. The command is handled as `cachalot record` handles it
+(`cachalot._run`): signals are forwarded and given time, processes left behind are ended, the
+temporary folder is removed whatever happens, and the exit status says what happened
+(EXIT_STATUSES, printed by `--help`).
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ import tempfile
 from pathlib import Path
 
 from .. import _recorder, _run
-from . import _env, analysis, build, gpus
+from . import _env, analysis, build, gpus, ranks
 from .compile import env as compile_env
 from .compile import summary_line as compile_line
+
+_BOOT = Path(__file__).resolve().parents[1] / "_boot"  # sitecustomize.py, record's too
 
 # The runtime enforces no limit during a capture: the stream is recorded
 # whole, and out-of-memory is decided afterwards by replaying it at the GPU's
@@ -32,7 +38,7 @@ from .compile import summary_line as compile_line
 CAPTURE_CAPACITY = "1T"
 
 # The verdict's statuses (fits, does not fit, tight) are decided in Rust (analysis.EXIT_*).
-FITS, DOES_NOT_FIT, USAGE, PROGRAM_FAILED = 0, 1, 2, 3
+FITS, DOES_NOT_FIT, USAGE, PROGRAM_FAILED, TIMED_OUT = 0, 1, 2, 3, 124
 TIGHT = analysis.EXIT_TIGHT
 EXIT_STATUSES = f"""exit status:
   {FITS}  the program ran and its peak fits the GPU, with the memory outside torch at its highest
@@ -40,8 +46,10 @@ EXIT_STATUSES = f"""exit status:
   {TIGHT}  the program ran and fits only within the uncertainty of the memory outside torch
   {USAGE}  no answer from cachalot: a bad option, a missing script, an unusable output path,
      a program that never used CUDA, a runtime that cannot be built
-  {PROGRAM_FAILED}  the program itself failed (its own status is `exit_code` in --json); the
-     answer, if printed, covers the run up to there
+  {PROGRAM_FAILED}  the program itself failed, or one of its ranks did (its own status is
+     `exit_code` in --json); the answer, if printed, covers the run up to there
+  {TIMED_OUT}  the program ran past --timeout and was ended (a rank waiting for one that is gone?)
+  126/127  the command cannot be started / was not found
   128+N  interrupted by signal N (130 Ctrl-C, 143 SIGTERM), or the program was killed by it
 
 --json prints only the JSON on stdout; the program's own stdout then goes to stderr."""
@@ -56,13 +64,65 @@ def _is_python(cmd: str) -> bool:
     return name.startswith("python") or name == "py"
 
 
-def runtime_env(runtime: Path, gpu: gpus.Gpu) -> dict[str, str]:
-    """Environment variables that put a process on the capture runtime as `gpu`."""
+# Launcher options that say how many processes (one per GPU) a node runs: torchrun and
+# torch.distributed.run, accelerate launch, deepspeed.
+_NPROC_OPTIONS = (
+    "--nproc_per_node",
+    "--nproc-per-node",
+    "--num_processes",
+    "--num-processes",
+    "--num_gpus",
+    "--num-gpus",
+)
+
+
+def launcher_devices(command: list[str]) -> int | None:
+    """The number of GPUs a launcher's options ask for (`--nproc_per_node 4`), if any: read
+    up to the script, so that the script's own options are not taken for the launcher's."""
+    for i, a in enumerate(command):
+        if a.endswith(".py") and i > 0:
+            break
+        for opt in _NPROC_OPTIONS:
+            if a == opt and i + 1 < len(command):
+                value = command[i + 1]
+            elif a.startswith(opt + "="):
+                value = a.split("=", 1)[1]
+            else:
+                continue
+            if value.isdigit() and int(value) > 0:
+                return int(value)
+    return None
+
+
+def interpreter(command: list[str]) -> str:
+    """The Python interpreter that runs `command`: the command itself, or the one named by
+    the `#!` line of a launcher script (torchrun, accelerate), else this one."""
+    found = shutil.which(command[0]) or command[0]
+    if _is_python(command[0]):
+        return found
+    try:
+        with open(found, "rb") as f:
+            first = f.readline(512).decode(errors="replace")
+    except OSError:
+        return sys.executable
+    if first.startswith("#!"):
+        words = first[2:].split()
+        if words and os.path.basename(words[0]) == "env" and len(words) > 1:
+            words = words[1:]
+        if words and _is_python(words[0]):
+            return shutil.which(words[0]) or words[0]
+    return sys.executable
+
+
+def runtime_env(runtime: Path, gpu: gpus.Gpu, devices: int = 1) -> dict[str, str]:
+    """Environment variables that put a process on the capture runtime as `devices` GPUs like `gpu`."""
     preload = ":".join(str(runtime / lib) for lib in build.LIBRARIES)
     old = os.environ.get("LD_PRELOAD")
     env = {
         "LD_PRELOAD": preload + (":" + old if old else ""),
-        "CUDA_VISIBLE_DEVICES": "0",  # the runtime has one device
+        # what a real node with `devices` GPUs shows every process
+        "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(devices))),
+        "FAKE_CUDA_DEVICE_COUNT": str(devices),
         "FAKE_CUDA_CAPACITY": CAPTURE_CAPACITY,
         _env.ENV_ACTIVE: gpu.key,
     }
@@ -103,10 +163,33 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="print the answer as JSON, alone on stdout (the program's stdout goes to stderr)",
     )
-    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS…")
+    ap.add_argument(
+        "--devices",
+        type=int,
+        metavar="N",
+        help="GPUs the node shows (default: the launcher's --nproc_per_node / --num_processes "
+        "/ --num_gpus, else 1); for a script that starts its ranks itself (mp.spawn)",
+    )
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="end the program (SIGTERM, then SIGKILL) if it runs longer: a job whose ranks "
+        "wait for each other forever ends with a message instead of hanging (default: none)",
+    )
+    ap.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        help="-- python train.py ARGS… (or torchrun …, python -m torch.distributed.run …, "
+        "accelerate launch …)",
+    )
     args = ap.parse_args(argv)
     if args.gpu == "list":  # the table, nothing to run
         return args
+    if args.devices is not None and not 1 <= args.devices <= 1024:
+        ap.error(f"--devices {args.devices}: expected a number of GPUs from 1 to 1024")
+    if args.timeout is not None and not args.timeout > 0:
+        ap.error(f"--timeout {args.timeout}: expected a number of seconds above 0")
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if not args.command:
@@ -164,111 +247,137 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         return _fail(str(e))
     cmd = list(args.command)
-    if not _is_python(cmd[0]):
-        return _fail(
-            f"{cmd[0]!r} is not a Python interpreter; run `cachalot capture -- python SCRIPT …` "
-            "(or `python -m MODULE`, `python -c CODE`)"
-        )
-    py_options, program = split_python(cmd[1:])
-    if not program:
-        return _fail("nothing to run after `python`: give a script, -m MODULE or -c CODE")
-    if program[0] in ("-m", "-c") and len(program) < 2:
-        return _fail(f"{program[0]} needs an argument")
-    if program[0] not in ("-m", "-c") and not os.path.isfile(program[0]):
-        return _fail(
-            f"can't open file {os.path.abspath(program[0])!r}: [Errno 2] No such file or directory"
-        )
+    if _is_python(cmd[0]):
+        why = _python_usage(cmd)
+        if why:
+            return _fail(why)
+    devices = args.devices or launcher_devices(cmd) or 1
     native = _recorder.native()
     try:
         if args.output == "-":
             raise native.CachalotError("-o -: the trace is a file; give a file name")
-        native.check_output(args.output)
+        if args.output.endswith(os.sep) or os.path.isdir(args.output):
+            # a folder for the ranks' traces (rankR.pickle), made if it is not there
+            os.makedirs(args.output, exist_ok=True)
+            native.check_output(os.path.join(args.output, "rank0.pickle"))
+        else:
+            native.check_output(args.output)
+    except OSError as e:
+        return _fail(f"-o {args.output}: {e.strerror}")
     except native.CachalotError as e:
         return _fail(str(e))
-    python = shutil.which(cmd[0]) or cmd[0]
     try:
-        runtime = build.ensure_runtime(python)
+        runtime = build.ensure_runtime(interpreter(cmd))
     except build.BuildError as e:
         return _fail(str(e))
 
     work = Path(tempfile.mkdtemp(prefix="cachalot-capture-"))
     try:
-        return _capture(args, gpu, reserve, python, py_options, program, runtime, work)
+        return _capture(args, gpu, reserve, cmd, devices, runtime, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _capture(args, gpu, reserve, python, py_options, program, runtime, work) -> int:
-    snap, meta_path = work / "snapshot.pickle", work / "meta.json"
-    env = dict(os.environ, **runtime_env(runtime, gpu))
-    env[_env.ENV_SNAPSHOT], env[_env.ENV_META] = str(snap), str(meta_path)
-    # The child imports this cachalot, and nothing else from our environment.
+def _python_usage(cmd: list[str]) -> str | None:
+    """What is wrong with `python [OPTIONS] SCRIPT|-m MOD|-c CODE`, checked before it runs."""
+    _, program = split_python(cmd[1:])
+    if not program:
+        return "nothing to run after `python`: give a script, -m MODULE or -c CODE"
+    if program[0] in ("-m", "-c") and len(program) < 2:
+        return f"{program[0]} needs an argument"
+    if program[0] not in ("-m", "-c", "-") and not os.path.isfile(program[0]):
+        return (
+            f"can't open file {os.path.abspath(program[0])!r}: [Errno 2] No such file or directory"
+        )
+    return None
+
+
+def _capture(args, gpu, reserve, cmd, devices, runtime, work) -> int:
+    procs = work / "procs"
+    procs.mkdir()
+    env = dict(os.environ, **runtime_env(runtime, gpu, devices))
+    env[_env.ENV_DIR], env[_env.ENV_NCCL_LOG] = str(procs), str(work / "nccl.jsonl")
+    (work / "nccl-share").mkdir()  # the simulated NCCL's broadcasts of known bytes
+    env[_env.ENV_NCCL_SHARE] = str(work / "nccl-share")
+    for name in ("CACHALOT_RECORD_OUT", "CACHALOT_RECORD_FIRST_PID"):  # an outer record's
+        env.pop(name, None)
+    # Every Python process of the command imports this cachalot and its sitecustomize.
     (work / "path").mkdir()
     (work / "path" / "cachalot").symlink_to(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = str(work / "path") + (
-        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(work / "path"), str(_BOOT), env.get("PYTHONPATH")])
     )
-    child_cmd = [python, *py_options, "-m", "cachalot.capture._boot", *program]
     try:
-        done = _run.run(child_cmd, env, stdout=sys.stderr.fileno() if args.json else None)
+        done = _run.run(
+            cmd, env, stdout=sys.stderr.fileno() if args.json else None, timeout=args.timeout
+        )
     except OSError as e:
-        return _fail(f"{python}: {e.strerror}", 127 if isinstance(e, FileNotFoundError) else 126)
+        missing = isinstance(e, FileNotFoundError)
+        return _fail(
+            f"{cmd[0]}: {'command not found' if missing else e.strerror}", 127 if missing else 126
+        )
+    if done.left_behind:
+        _fail(f"ended {done.left_behind} process(es) the program left running")
     if done.interrupted:
         _fail(
             f"interrupted ({_run.signal_name(done.interrupted)}); the program was given the "
             "signal and time to finish; no answer"
         )
         return done.status
+    job = ranks.gather(procs, work / "nccl.jsonl")
+    for line in job.failures():
+        _fail(line)
+    if done.timed_out:
+        return _fail(
+            f"the program did not finish within --timeout {args.timeout:g} s and was ended "
+            "(ranks waiting for one that is gone, or for a collective that never comes?); no answer",
+            TIMED_OUT,
+        )
     if done.killed_by:
         return _fail(f"the program was killed by {_run.signal_name(done.killed_by)}", done.status)
-    if not meta_path.exists():
+    if not job.procs:
         return _fail(
-            f"the program ended (exit {done.status}) before the capture could write its result",
-            done.status if done.status == USAGE else PROGRAM_FAILED,
+            f"the program ended (exit {done.status}) before the capture could write its result"
+            + ("" if done.status else " (it never imported torch)"),
+            done.status if done.status == USAGE else (PROGRAM_FAILED if done.status else USAGE),
         )
-    meta = json.loads(meta_path.read_text())
-    if meta.get("other_allocator"):
+    foreign = [p for p in job.procs if p.get("other_allocator")]
+    if foreign:
         return _fail(
-            f"the program switched torch to another allocator ({meta['other_allocator']}, e.g. "
+            f"the program switched torch to another allocator ({foreign[0]['other_allocator']}, e.g. "
             "cachalot.torch.use()): capture predicts torch's own caching allocator; remove that "
             "call (or make it conditional) for the capture"
         )
-    if not meta["used_cuda"]:
-        return _fail(
-            "the program never used CUDA; nothing to predict",
-            PROGRAM_FAILED if done.status else USAGE,
-        )
+    if not job.cuda:
+        if done.status or job.errors():
+            return _fail(
+                f"the program failed (exit {done.status}) before it used CUDA", PROGRAM_FAILED
+            )
+        return _fail("the program never used CUDA; nothing to predict", USAGE)
     try:
-        out = write_trace(snap, args.output, work)
-        write_device_info(out, gpu)
-        # A FIFO or device took the trace: the prediction reads the copy in `work`.
-        pred = analysis.predict(
-            out if os.path.isfile(out) else str(snap),
-            gpu,
-            reserve=reserve,
-            warnings=meta["warnings"],
-            torch_stats=meta["torch_stats"],
-        )
+        answer = ranks.predict(job, gpu, args.output, reserve, work)
     except (analysis.AnalysisError, native_error()) as e:
         return _fail(str(e))
+    failed = bool(done.status or job.errors())
     if args.json:
-        d = dict(pred.to_dict(), torch=meta["torch"], exit_code=done.status)
-        d["compile"] = meta.get("compile")  # what torch.compile did (compile.py)
-        print(json.dumps(dict(d, seconds=meta["seconds"]), indent=1))
+        d = answer.to_json(torch=job.torch, exit_code=done.status)
+        d["compile"] = job.cuda[0].get("compile")  # what torch.compile did (compile.py)
+        print(json.dumps(d, indent=1))
     else:
         print(
             f"\ncachalot capture: {' '.join(args.command)} as {gpu.name} (simulated, torch "
-            f"{meta['torch']}), {meta['seconds']:.1f} s",
+            f"{job.torch}), {job.seconds:.1f} s",
             file=sys.stderr,
         )
-        if (meta.get("compile") or {}).get("graphs_compiled"):
-            print(compile_line(meta["compile"]), file=sys.stderr)
-        print(pred.report())
-    if meta.get("error") or done.status:
-        first = (meta.get("error") or f"exit {done.status}").splitlines()[0][:300]
+        compiled = job.cuda[0].get("compile") or {}
+        if compiled.get("graphs_compiled"):
+            print(compile_line(compiled), file=sys.stderr)
+        print(answer.report())
+    if failed:
+        first = next(iter(job.errors()), f"exit {done.status}")
         _fail(f"the program failed ({first}); the answer covers the run up to there")
         return PROGRAM_FAILED
-    return pred.exit_status
+    return answer.exit_status
 
 
 def native_error() -> type[Exception]:

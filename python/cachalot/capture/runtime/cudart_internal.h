@@ -159,6 +159,13 @@ cudaError_t do_free(void* devPtr, bool async);
 // Is p inside a fake device allocation or reservation?
 bool is_device_ptr(const void* p);
 
+// The known bytes of device memory (cudart_shadow.cpp): kept from host-to-device copies,
+// moved by device-to-device ones, read back by device-to-host ones, dropped by memset/free.
+void shadow_h2d(void* dst, const void* src, size_t n);
+void shadow_d2d(void* dst, const void* src, size_t n);
+void shadow_d2h(void* dst, const void* src, size_t n);
+void shadow_drop(const void* p, size_t n);
+
 // --- opaque handles -----------------------------------------------------------
 struct FakeStream { int device; int priority; unsigned flags; uint64_t id; };
 struct FakeEvent { unsigned flags; };

@@ -329,7 +329,8 @@ static void fake_copy(void* dst, const void* src, size_t count, cudaMemcpyKind k
   if (kind == cudaMemcpyHostToHost || (kind == cudaMemcpyDefault && !dst_dev && !src_dev)) {
     memmove(dst, src, count);
   } else if (!dst_dev && (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDefault)) {
-    memset(dst, 0, count);  // device memory is not backed: reads give zeros
+    memset(dst, 0, count);  // device memory is not backed: reads give zeros,
+    shadow_d2h(dst, src, count);  // but for the bytes the program copied there itself
     State& s = St();
     void (*cb)(uint64_t, void*) = nullptr;
     void* user = nullptr;
@@ -342,10 +343,13 @@ static void fake_copy(void* dst, const void* src, size_t count, cudaMemcpyKind k
     }
     if (cb) cb(count, user);  // outside the lock: the callback may call back into the runtime
   } else if (dst_dev && !src_dev && (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDefault)) {
+    shadow_h2d(dst, src, count);
     State& s = St();
     std::lock_guard<std::mutex> g(s.mu);
     s.c.n_h2d++;
     s.c.h2d_bytes += count;
+  } else if (dst_dev && src_dev) {
+    shadow_d2d(dst, src, count);
   }
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
@@ -365,8 +369,14 @@ cudaError_t cudaMemcpy2DAsync(void*, size_t, const void*, size_t, size_t, size_t
                               enum cudaMemcpyKind, cudaStream_t) {
   return cudaSuccess;
 }
-cudaError_t cudaMemset(void*, int, size_t) { return cudaSuccess; }
-cudaError_t cudaMemsetAsync(void*, int, size_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaMemset(void* p, int, size_t n) {
+  shadow_drop(p, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int, size_t n, cudaStream_t) {
+  shadow_drop(p, n);
+  return cudaSuccess;
+}
 
 // ---- IPC -----------------------------------------------------------------------
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* devPtr) {
