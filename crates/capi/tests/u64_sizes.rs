@@ -98,8 +98,10 @@ struct Totals {
 
 /// Runs the C program under every configuration and each of `capacities`, the device and its
 /// capacity set by `device(cmd, capacity)`; a run that fails fails the test with its output.
-fn run_matrix(capacities: &[&str], device: impl Fn(&mut Command, &str)) -> Totals {
-    let exe = build_c_program("u64_sizes.c", "u64_sizes");
+/// `name` names the compiled program: each test builds its own, since the tests run in
+/// parallel and a program being written cannot be started ("Text file busy").
+fn run_matrix(name: &str, capacities: &[&str], device: impl Fn(&mut Command, &str)) -> Totals {
+    let exe = build_c_program("u64_sizes.c", name);
     let seed = env_u64("CACHALOT_CAPI_SEED", 10);
     let calls = env_u64("CACHALOT_CAPI_CALLS", 1000);
     let mut totals = Totals {
@@ -168,7 +170,7 @@ fn sizes_across_u64_never_overlap_and_failures_change_nothing() {
     if Command::new("gcc").arg("--version").output().is_err() {
         return common::skip("gcc not found; the u64-wide C library test needs it");
     }
-    let totals = run_matrix(CAPACITIES, |cmd, capacity| {
+    let totals = run_matrix("u64_sizes_sim", CAPACITIES, |cmd, capacity| {
         cmd.env("CACHALOT_DEVICE", "sim")
             .env("CACHALOT_SIM_CAPACITY", capacity);
     });
@@ -194,7 +196,7 @@ fn sizes_across_u64_on_the_cuda_device_of_the_simulated_driver() {
         Ok(d) => d,
         Err(why) => return common::skip(format!("u64 sizes on the simulated driver: {why}")),
     };
-    let totals = run_matrix(DRIVER_CAPACITIES, |cmd, capacity| {
+    let totals = run_matrix("u64_sizes_cuda", DRIVER_CAPACITIES, |cmd, capacity| {
         cmd.env("CACHALOT_DEVICE", "cuda")
             .envs(driver.env())
             .env("FAKE_CUDA_CAPACITY", capacity)
