@@ -5,7 +5,8 @@
 #   with --torch: torch 2.15.0 (+ transformers, torchvision) in it, the fake GPU stack of
 #   ../shared/fakegpu built into $FAKEGPU_BUILD (default ~/.cache/cachalot-fakegpu), and torch
 #   2.9.1 (PyPI's CUDA 12.8 wheel) in a second venv ($CACHALOT_TORCH29_VENV, default
-#   ~/.cache/cachalot-torch29), whose own parser judges `tune --torch 2.9`.
+#   ~/.cache/cachalot-torch29), whose own parser judges `tune --torch 2.9`; accelerate and
+#   DeepSpeed, the launchers the multi-GPU capture tests run.
 # Where torch cannot be installed it says why and goes on: those tests then skip, saying so.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +39,14 @@ if [[ "${1:-}" == "--torch" ]]; then
       echo "python_env: SKIP fake GPU: no $FAKEGPU/build.sh or no torch; the PyTorch tests will skip"
     fi
   fi
+fi
+if [[ "${1:-}" == "--torch" ]] && "$PY" -c 'import torch' 2>/dev/null; then
+  # the launchers multi-GPU capture is tested under (tests/python/test_capture_ranks.py)
+  for pkg in accelerate deepspeed; do
+    "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$pkg') is None)" 2>/dev/null \
+      || { "$PY" -m pip install -q setuptools wheel && "$PY" -m pip install -q --no-build-isolation "$pkg"; } \
+      || echo "python_env: SKIP $pkg: could not install it; its capture tests will skip"
+  done
 fi
 if [[ "${1:-}" == "--torch" ]]; then
   V29="${CACHALOT_TORCH29_VENV:-$HOME/.cache/cachalot-torch29}"
