@@ -237,11 +237,17 @@ def test_a_broken_driver_raises_one_clear_error_at_the_first_allocation(torch_on
     # The fake GPU's libcuda lacks cuDeviceGetName, as in the issue: cachalot's CUDA device
     # says so when opened; every allocation raises (never a tensor at address 0); the reason
     # is printed once.
-    import ctypes
-
     from conftest import FAKEGPU_BUILD
 
-    if hasattr(ctypes.CDLL(str(FAKEGPU_BUILD / "libcuda.so.1")), "cuDeviceGetName"):
+    # Read the library's exports without loading it: on its own it cannot be loaded (it needs
+    # the fake libcudart's symbols), and loading that here would put it into this process.
+    exports = subprocess.run(
+        ["nm", "-D", "--defined-only", str(FAKEGPU_BUILD / "libcuda.so.1")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    if "cuDeviceGetName" in exports:
         pytest.skip("this fake libcuda exports cuDeviceGetName: no broken driver to test")
     code = textwrap.dedent(
         """
