@@ -24,6 +24,7 @@ import sys
 import tempfile
 
 from . import _env, analysis, build, gpus
+from ._loaded import runtime_cudart
 from .analysis import Prediction
 
 __all__ = ["CaptureError", "Prediction", "capture", "main"]
@@ -34,11 +35,7 @@ class CaptureError(RuntimeError):
 
 
 def _runtime_loaded() -> bool:
-    try:
-        ctypes.CDLL("libcudart.so.13", mode=ctypes.RTLD_NOLOAD).fakecuda_version  # noqa: B018
-    except (OSError, AttributeError):
-        return False
-    return True
+    return runtime_cudart() is not None
 
 
 def _load_runtime_in_process(gpu: gpus.Gpu) -> None:

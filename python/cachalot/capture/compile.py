@@ -27,6 +27,8 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+from ._loaded import runtime_cudart
+
 # Dynamo's logger for a frame it could not compile (the record names the frame and the error).
 _CONVERT_FRAME = "torch._dynamo.convert_frame"
 
@@ -138,14 +140,12 @@ class CompileWatch:
 
             graphs = int(counters["stats"]["unique_graphs"])
         modules = launches = 0
-        try:  # the capture runtime's counters (runtime/cudart_modules.cpp)
+        # the capture runtime's counters (runtime/cudart_modules.cpp)
+        counters_of = getattr(runtime_cudart(), "fakecuda_module_counters", None)
+        if counters_of is not None:
             m, n = ctypes.c_uint64(), ctypes.c_uint64()
-            ctypes.CDLL("libcudart.so.13").fakecuda_module_counters(
-                ctypes.byref(m), ctypes.byref(n)
-            )
+            counters_of(ctypes.byref(m), ctypes.byref(n))
             modules, launches = m.value, n.value
-        except (OSError, AttributeError):
-            pass
         return {
             "calls": dict(self.calls),
             "graphs_compiled": graphs,

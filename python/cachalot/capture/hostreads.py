@@ -34,6 +34,8 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ._loaded import runtime_cudart
+
 _D2H_CB = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_void_p)
 
 # (file suffix, source text at the read, answer or callable(frame) -> answer)
@@ -173,10 +175,9 @@ class HostReads:
     _answering: int = 0
 
     def install(self, torch) -> None:
-        try:
-            lib = ctypes.CDLL("libcudart.so.13")
-            setter = lib.fakecuda_set_d2h_callback
-        except (OSError, AttributeError):
+        lib = runtime_cudart()
+        setter = getattr(lib, "fakecuda_set_d2h_callback", None)
+        if setter is None:
             return  # not under the capture runtime: nothing to watch
         self._cb = _D2H_CB(self._on_d2h)  # kept alive as long as the runtime may call it
         setter.argtypes = [_D2H_CB, ctypes.c_void_p]
