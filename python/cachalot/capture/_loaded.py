@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 
 # The runtime's libcudart carries the soname of the torch build it serves (CUDA 13 or 12 wheels).
 CUDART_SONAMES = ("libcudart.so.13", "libcudart.so.12")
@@ -15,7 +16,7 @@ def runtime_cudart() -> ctypes.CDLL | None:
     """
     for name in CUDART_SONAMES:
         try:
-            lib = ctypes.CDLL(name, mode=ctypes.RTLD_NOLOAD)
+            lib = ctypes.CDLL(name, mode=os.RTLD_NOLOAD)
         except OSError:
             continue
         if hasattr(lib, "fakecuda_version"):
