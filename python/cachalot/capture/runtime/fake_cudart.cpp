@@ -289,20 +289,51 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   return cudaSuccess;
 }
 
+// Page-locked host memory is plain host memory here; its ranges are remembered so that
+// cudaPointerGetAttributes says cudaMemoryTypeHost for them, as torch's is_pinned() asks
+// (DDP's reducer asserts its staging buffer is pinned).
+static std::mutex g_pinned_mu;
+static std::map<uintptr_t, size_t> g_pinned;  // start -> size
+
+static void pin(const void* p, size_t size) {
+  std::lock_guard<std::mutex> g(g_pinned_mu);
+  g_pinned[reinterpret_cast<uintptr_t>(p)] = size;
+}
+static void unpin(const void* p) {
+  std::lock_guard<std::mutex> g(g_pinned_mu);
+  g_pinned.erase(reinterpret_cast<uintptr_t>(p));
+}
+static bool is_pinned(const void* p) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> g(g_pinned_mu);
+  auto it = g_pinned.upper_bound(a);
+  if (it == g_pinned.begin()) return false;
+  --it;
+  return a < it->first + std::max<size_t>(it->second, 1);
+}
+
 cudaError_t cudaMallocHost(void** ptr, size_t size) {
   if (!ptr) return set_err(cudaErrorInvalidValue);
   *ptr = size ? malloc(size) : nullptr;
+  if (*ptr) pin(*ptr, size);
   return (*ptr || !size) ? cudaSuccess : set_err(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int) {
   return cudaMallocHost(pHost, size);
 }
 cudaError_t cudaFreeHost(void* ptr) {
+  if (ptr) unpin(ptr);
   free(ptr);
   return cudaSuccess;
 }
-cudaError_t cudaHostRegister(void*, size_t, unsigned int) { return cudaSuccess; }
-cudaError_t cudaHostUnregister(void*) { return cudaSuccess; }
+cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int) {
+  if (ptr) pin(ptr, size);
+  return cudaSuccess;
+}
+cudaError_t cudaHostUnregister(void* ptr) {
+  if (ptr) unpin(ptr);
+  return cudaSuccess;
+}
 cudaError_t cudaHostGetDevicePointer(void** pDevice, void* pHost, unsigned int) {
   if (!pDevice) return set_err(cudaErrorInvalidValue);
   *pDevice = pHost;
@@ -315,6 +346,11 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* attributes, c
   if (ptr && is_device_ptr(ptr)) {
     attributes->type = cudaMemoryTypeDevice;
     attributes->device = 0;
+    attributes->devicePointer = const_cast<void*>(ptr);
+  } else if (ptr && is_pinned(ptr)) {
+    attributes->type = cudaMemoryTypeHost;
+    attributes->device = 0;
+    attributes->hostPointer = const_cast<void*>(ptr);
     attributes->devicePointer = const_cast<void*>(ptr);
   } else {
     attributes->type = cudaMemoryTypeUnregistered;
