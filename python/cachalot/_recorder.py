@@ -21,6 +21,7 @@ Next to the snapshot, `<name>.device.json` says what the device was (capacity, n
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import importlib.machinery
@@ -280,3 +281,25 @@ def process_path(path: str) -> str:
     rank = os.environ.get("RANK")
     tag = f"rank{rank}" if rank and rank.isdigit() else f"pid{os.getpid()}"
     return f"{stem}.{tag}{ext or '.pickle'}"
+
+
+def at_exit(finish: Any, failed: str) -> None:
+    """Runs `finish()` at the interpreter's exit (`cachalot record`'s snapshot, `cachalot
+    capture`'s result), with Ctrl-C ignored meanwhile so that a second one does not cut the
+    writing short, the previous SIGINT handler restored after; an error is reported after the
+    words `failed` and never raised (the program is exiting)."""
+
+    def run() -> None:
+        try:
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            previous = None
+        try:
+            finish()
+        except Exception as e:  # noqa: BLE001 - exiting: report, do not raise
+            print(f"{failed}: {e}", file=sys.stderr)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+    atexit.register(run)

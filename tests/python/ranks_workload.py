@@ -4,7 +4,8 @@
 
 Each rank writes torch's own allocator statistics at its end to `--stats DIR/rankR.json`
 (what the test compares the capture's per-rank prediction with); `--crash-rank R` makes rank R
-raise after its first step; `--hang` makes every rank sleep (for the signal tests)."""
+raise after its first step; `--hang` makes every rank sleep (for the signal tests);
+`--subgroups` makes two process groups of half the ranks each (as HSDP's replica groups)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
     else:
         dist.init_process_group("nccl")
     rank = dist.get_rank()
+    if args.subgroups:  # two halves, as HSDP's replica groups: every rank makes both
+        half = dist.get_world_size() // 2
+        groups = [dist.new_group(list(range(half))), dist.new_group(list(range(half, 2 * half)))]
+        dist.all_reduce(torch.ones(8, device="cuda"), group=groups[rank // half])
     torch.manual_seed(0)
     width = args.width
     model = torch.nn.Sequential(
@@ -98,6 +103,7 @@ def main() -> None:
     ap.add_argument("--stats")
     ap.add_argument("--crash-rank", type=int, default=-1)
     ap.add_argument("--hang")
+    ap.add_argument("--subgroups", action="store_true")
     ap.add_argument("--spawn", type=int, default=0)
     ap.add_argument("--port", type=int, default=29533)
     ap.add_argument("--local_rank", "--local-rank", type=int)  # deepspeed's launcher passes it

@@ -8,6 +8,11 @@ that rank in the same run (`torch.cuda.memory_stats()` at the rank's end, writte
 ranks_workload.py): allocated within 1 %, reserved within 2 %. FSDP2's per-rank peak must fall
 from 2 to 4 ranks (sharding). A rank that crashes is reported as what it is, and a signal or a
 timeout during a multi-rank capture leaves no process and no temporary folder behind.
+
+A job larger than the machine (`--world-size 4 --ranks 0,3`, cover.py) runs only the ranks
+asked for; each of them must equal, to the byte, the same rank of the full 4-rank run as torch's
+own allocator measured it there, and the ranks not executed are marked as covered. A Hugging Face
+`Trainer` under torchrun (trainer_workload.py) is compared per rank as the others are.
 These tests need the torch venv (they skip without it)."""
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ from pathlib import Path
 
 import pytest
 
+from cachalot.capture import cover
 from conftest import TORCH_PYTHON, package_env
 
 WORKLOAD = Path(__file__).with_name("ranks_workload.py")
+TRAINER = Path(__file__).with_name("trainer_workload.py")
 TORCHRUN = TORCH_PYTHON.parent / "torchrun"
 
 
@@ -232,3 +239,158 @@ def test_a_job_past_its_timeout_is_ended_with_a_clear_message(tmp_path):
     assert "did not finish within --timeout 60 s" in p.stderr
     assert list(tmp_path.glob("cachalot-capture-*")) == []
     assert _left(str(hang)) == b""
+
+
+def _module_run(n: int, *script) -> list:
+    return [
+        TORCH_PYTHON,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={n}",
+        f"--master-port={_port()}",
+        *script,
+    ]
+
+
+def _stats(folder: Path) -> dict[int, dict]:
+    return {int(f.stem[4:]): json.loads(f.read_text()) for f in sorted(folder.glob("rank*.json"))}
+
+
+def test_a_job_larger_than_the_machine_runs_only_the_ranks_asked_for(tmp_path_factory):
+    # the judge: torch's own allocator on every rank of the real 4-rank run
+    _, full, _ = _job(tmp_path_factory, "fsdp", 4, "module")
+    d = tmp_path_factory.mktemp("covered")
+    stats = d / "stats"
+    stats.mkdir()
+    command = _module_run(4, WORKLOAD, "--mode", "fsdp", "--stats", stats)
+    p = _capture(d, ["--json", "--world-size", "4", "--ranks", "0,3", "-o", f"{d}/t/"], command)
+    assert p.returncode == 0, p.stderr[-4000:]
+    answer, measured = json.loads(p.stdout), _stats(stats)
+    # only ranks 0 and 3 ran, each in a world of 4 on its own device of a 4-GPU node, and
+    # torch's allocator did there exactly what it did in the full run
+    assert sorted(measured) == [0, 3], p.stderr[-3000:]
+    for rank in (0, 3):
+        assert measured[rank] == full[rank]
+    assert (answer["world_size"], answer["executed_ranks"]) == (4, [0, 3])
+    rows = answer["ranks"]
+    assert [r["rank"] for r in rows] == [0, 1, 2, 3]
+    assert [r["executed"] for r in rows] == [True, False, False, True]
+    assert [r["covered_by"] for r in rows] == [None, 3, 3, None]
+    for r in rows:
+        m = full[r["rank"]]
+        assert r["device"] == m["device"]
+        assert _pct(r["peak_allocated"], m["peak_allocated"]) <= 1.0, (r, m)
+        assert _pct(r["peak_reserved"], m["peak_reserved"]) <= 2.0, (r, m)
+        assert r["nccl_communicators"][0] == 4
+    assert sorted(f.name for f in (d / "t").glob("*.pickle")) == ["rank0.pickle", "rank3.pickle"]
+    # each trace says which device of the node it was
+    info = json.loads((d / "t" / "rank3.device.json").read_text())
+    assert [x["index"] for x in info["devices"]] == [3]
+
+
+def test_spawn_of_a_larger_world_starts_only_the_executed_ranks(tmp_path):
+    _torch()
+    stats = tmp_path / "stats"
+    stats.mkdir()
+    script = [WORKLOAD, "--mode", "ddp", "--stats", stats, "--spawn", 4, "--port", _port()]
+    args = ["--json", "--world-size", "4", "--ranks", "0,3", "--devices", "4"]
+    p = _capture(tmp_path, [*args, "-o", f"{tmp_path}/t/"], [TORCH_PYTHON, *script])
+    assert p.returncode == 0, p.stderr[-4000:]
+    measured = _stats(stats)
+    assert sorted(measured) == [0, 3]
+    assert [(m["world"], m["device"]) for m in measured.values()] == [(4, 0), (4, 3)]
+    answer = json.loads(p.stdout)
+    for r in answer["ranks"]:
+        if r["executed"]:
+            m = measured[r["rank"]]
+            assert _pct(r["peak_allocated"], m["peak_allocated"]) <= 1.0, (r, m)
+            assert _pct(r["peak_reserved"], m["peak_reserved"]) <= 2.0, (r, m)
+
+
+def test_subgroups_whose_first_rank_is_not_executed_are_split_not_waited_for(tmp_path):
+    # torch splits the halves from the world's communicator (ncclCommSplit): rank 3's group
+    # {2, 3} needs nothing from rank 2, which is not executed
+    _torch()
+    stats = tmp_path / "stats"
+    stats.mkdir()
+    command = _module_run(4, WORKLOAD, "--subgroups", "--stats", stats)
+    args = ["--json", "--world-size", "4", "--ranks", "0,3", "--timeout", "300"]
+    p = _capture(tmp_path, [*args, "-o", f"{tmp_path}/t/"], command)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert sorted(_stats(stats)) == [0, 3]
+    rows = {r["rank"]: r for r in json.loads(p.stdout)["ranks"]}
+    # the world's communicator and the split one (counted at the parent's size: an upper
+    # bound, the split's own size is not known to the simulated NCCL)
+    assert len(rows[3]["nccl_communicators"]) == 2 and rows[3]["nccl_communicators"][0] == 4
+
+
+def test_a_spawned_world_of_another_size_is_refused(tmp_path):
+    _torch()
+    script = [WORKLOAD, "--mode", "ddp", "--spawn", 2, "--port", _port()]
+    p = _capture(tmp_path, ["--world-size", "4", "-o", f"{tmp_path}/t/"], [TORCH_PYTHON, *script])
+    assert p.returncode == 3, p.stderr[-3000:]
+    assert "the program spawns 2 ranks; make it spawn 4" in p.stderr
+    assert list(tmp_path.glob("cachalot-capture-*")) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--world-size", "4", "--ranks", "1,3"], "rank 0 must be one of them"),
+        (["--world-size", "4", "--ranks", "0,4"], "rank 4 is outside a job of 4 ranks"),
+        (["--world-size", "4", "--ranks", "0,x"], "expected ranks separated by commas"),
+        (["--world-size", "6"], "not a whole number of nodes of 4 GPUs"),
+        (["--world-size", "0"], "expected a number of ranks from 1"),
+    ],
+)
+def test_world_sizes_and_ranks_that_cannot_run_are_refused(tmp_path, args, says):
+    command = ["torchrun", "--nproc_per_node", "4", str(WORKLOAD)]
+    p = _capture(tmp_path, args, command)
+    assert p.returncode == 2, p.stderr
+    assert says in p.stderr
+
+
+def test_launchers_are_told_of_the_executed_ranks_only():
+    # torchrun over 8 nodes of 8: one node of the 2 executed ranks, its own rendezvous
+    two_nodes = ["torchrun", "--nproc_per_node", "8", "--nnodes=8", "--node_rank", "3"]
+    two_nodes += ["--rdzv_endpoint", "host:29400", "train.py", "--nnodes", "5"]
+    assert cover.launcher_world(two_nodes) == (64, 8)
+    assert cover.rewrite(two_nodes, 2) == [
+        "torchrun", "--nproc_per_node", "2", "--nnodes", "1", "--standalone",
+        "train.py", "--nnodes", "5",
+    ]  # fmt: skip
+    module = ["python", "-u", "-m", "torch.distributed.run", "--nproc-per-node=4", "w.py"]
+    assert cover.launcher_world(module) == (4, 4)
+    assert cover.rewrite(module, 2)[4:8] == ["--nproc_per_node", "2", "--nnodes", "1"]
+    accel = ["accelerate", "launch", "--num_processes", "16", "--num_machines", "2", "t.py"]
+    assert cover.launcher_world(accel) == (16, 8)
+    assert cover.rewrite(accel, 2) == [
+        "accelerate", "launch", "--num_processes", "2", "--num_machines", "1", "t.py"
+    ]  # fmt: skip
+    ds = ["deepspeed", "--num_gpus", "8", "--num_nodes", "4", "t.py"]
+    assert cover.launcher_world(ds) == (32, 8)
+    job = cover.Cover(64, 8, (0, 7, 63))
+    assert [job.covered_by(r) for r in (0, 1, 6, 8, 62, 63)] == [0, 7, 7, 7, 7, 63]
+    assert "rank 7 also stands for 1-6,8-62" in cover.describe(job)
+
+
+def test_hf_trainer_under_torchrun_matches_each_ranks_own_allocator(tmp_path):
+    _torch()
+    p = subprocess.run(
+        [str(TORCH_PYTHON), "-c", "import transformers"], capture_output=True, check=False
+    )
+    if p.returncode != 0:
+        pytest.skip(f"transformers is not installed beside {TORCH_PYTHON}")
+    stats = tmp_path / "stats"
+    stats.mkdir()
+    command = [*_torchrun(2)[:-1], TRAINER, stats, tmp_path / "out"]
+    p = _capture(tmp_path, ["--json", "-o", f"{tmp_path}/t/"], command)
+    assert p.returncode == 0, p.stderr[-4000:]
+    answer, measured = json.loads(p.stdout), _stats(stats)
+    assert sorted(measured) == [0, 1], p.stderr[-3000:]
+    assert [r["rank"] for r in answer["ranks"]] == [0, 1]
+    for r in answer["ranks"]:
+        m = measured[r["rank"]]
+        assert (m["world"], m["device"], m["ddp"]) == (2, r["rank"], "DistributedDataParallel")
+        assert _pct(r["peak_allocated"], m["peak_allocated"]) <= 1.0, (r, m)
+        assert _pct(r["peak_reserved"], m["peak_reserved"]) <= 2.0, (r, m)

@@ -16,11 +16,9 @@ the process imports torch; then:
 Any other `sitecustomize` on the path still runs.
 """
 
-import atexit
 import importlib.abc
 import importlib.util
 import os
-import signal
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,21 +47,7 @@ def _start(torch):
     )
     recorder.start(torch)
     r.exit_on_sigterm()
-
-    def finish():
-        try:
-            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        except ValueError:  # not the main thread
-            previous = None
-        try:
-            recorder.stop()
-        except Exception as e:  # noqa: BLE001 - exiting: report, do not raise
-            print(f"cachalot record: could not write the snapshot: {e}", file=sys.stderr)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
-
-    atexit.register(finish)
+    r.at_exit(recorder.stop, "cachalot record: could not write the snapshot")
 
 
 def _start_capture(torch):
@@ -95,6 +79,10 @@ class _WhenTorchIsImported(importlib.abc.MetaPathFinder):
 
 
 if os.environ.get("CACHALOT_CAPTURE_DIR"):
+    if os.environ.get("CACHALOT_COVER"):  # a job larger than the machine: this rank's place in it
+        from cachalot.capture import cover
+
+        cover.remap_env()
     sys.meta_path.insert(0, _WhenTorchIsImported(_start_capture))
 elif os.environ.get("CACHALOT_RECORD_OUT"):
     # The first recorded process claims the -o name; the processes it starts inherit this.

@@ -20,16 +20,14 @@ The user's script runs as `python SCRIPT` runs it, so its tracebacks are its own
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
-import signal
 import sys
 import time
 import traceback
 
-from .._recorder import exit_on_sigterm, history_on, other_allocator, write_output
+from .._recorder import at_exit, exit_on_sigterm, history_on, other_allocator, write_output
 from ._env import DEFAULT_MAX_ENTRIES, ENV_DIR, ENV_MAX_ENTRIES
 
 _STATS = (
@@ -61,7 +59,16 @@ class _Session:
         self.compile = CompileWatch(torch)
         self.compile.install()
         self._watch_process_group()
+        from . import cover  # a job larger than the machine (--world-size): cover.py
+
+        self.cover = cover.from_env()
+        self.cover_warnings: list[str] = []
+        cover.install(torch, self._cover_warn)
         torch.cuda._lazy_call(self._start_history)
+
+    def _cover_warn(self, text: str) -> None:
+        if text not in self.cover_warnings:
+            self.cover_warnings.append(text)
 
     def _start_history(self):
         if other_allocator(self.torch):
@@ -121,6 +128,12 @@ class _Session:
             write_output(base + ".pickle", pickle.dumps(snap))
         warnings = self.reads.warnings()
         warnings += self.compile.warnings()
+        warnings += self.cover_warnings
+        if self.cover and "torch.distributed.pipelining" in sys.modules:
+            warnings.append(
+                "the program imported torch.distributed.pipelining: pipeline stages differ per "
+                "rank, so the ranks not executed are not alike the executed ones; run every rank"
+            )
         if events >= self.max_entries:
             warnings.append(
                 f"the history filled its {self.max_entries} entries and dropped the oldest: the peak may be "
@@ -136,6 +149,10 @@ class _Session:
             "rank": self._rank(),
             "local_rank": int(local) if local and local.isdigit() else None,
             "world_size": self.world_size or _int_env("WORLD_SIZE"),
+            # the node of a covered job (a real node's devices are its own)
+            "node": None
+            if self.cover is None or self._rank() is None
+            else self._rank() // self.cover.per_node,
             "argv": list(sys.argv),
             "other_allocator": foreign,
             "torch": torch.__version__,
@@ -176,17 +193,4 @@ def start(torch) -> None:
 
     sys.excepthook = excepthook
 
-    def finish():
-        try:
-            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        except ValueError:  # not the main thread
-            previous = None
-        try:
-            session.finish()
-        except Exception as e:  # noqa: BLE001 - exiting: report, do not raise
-            print(f"cachalot capture: could not write this process's capture: {e}", file=sys.stderr)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
-
-    atexit.register(finish)
+    at_exit(session.finish, "cachalot capture: could not write this process's capture")

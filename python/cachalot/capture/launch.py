@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from .. import _recorder, _run
-from . import _env, analysis, build, gpus, ranks
+from . import _env, analysis, build, cover, gpus, ranks
 from .compile import env as compile_env
 from .compile import summary_line as compile_line
 
@@ -171,6 +171,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "/ --num_gpus, else 1); for a script that starts its ranks itself (mp.spawn)",
     )
     ap.add_argument(
+        "--world-size",
+        type=int,
+        metavar="N",
+        help="the job's ranks, when more than run here: only --ranks are executed, each seeing "
+        "a job of N ranks (default: the launcher's --nproc_per_node x --nnodes, all executed "
+        "unless it spans several nodes)",
+    )
+    ap.add_argument(
+        "--ranks",
+        metavar="R,R…",
+        help="the ranks of the job to execute (with rank 0); the others are answered by the "
+        "executed rank below them, by symmetry (default: 0 and the last)",
+    )
+    ap.add_argument(
         "--timeout",
         type=float,
         metavar="SECONDS",
@@ -188,6 +202,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         return args
     if args.devices is not None and not 1 <= args.devices <= 1024:
         ap.error(f"--devices {args.devices}: expected a number of GPUs from 1 to 1024")
+    if args.world_size is not None and not 1 <= args.world_size <= 1 << 20:
+        ap.error(f"--world-size {args.world_size}: expected a number of ranks from 1 to {1 << 20}")
     if args.timeout is not None and not args.timeout > 0:
         ap.error(f"--timeout {args.timeout}: expected a number of seconds above 0")
     if args.command and args.command[0] == "--":
@@ -251,7 +267,11 @@ def main(argv: list[str] | None = None) -> int:
         why = _python_usage(cmd)
         if why:
             return _fail(why)
-    devices = args.devices or launcher_devices(cmd) or 1
+    try:
+        job_cover, cmd = _cover(args, cmd)
+    except cover.CoverError as e:
+        return _fail(str(e))
+    devices = job_cover.per_node if job_cover else (args.devices or launcher_devices(cmd) or 1)
     native = _recorder.native()
     try:
         if args.output == "-":
@@ -273,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(tempfile.mkdtemp(prefix="cachalot-capture-"))
     try:
-        return _capture(args, gpu, reserve, cmd, devices, runtime, work)
+        return _capture(args, gpu, reserve, cmd, devices, runtime, work, job_cover)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -292,10 +312,43 @@ def _python_usage(cmd: list[str]) -> str | None:
     return None
 
 
-def _capture(args, gpu, reserve, cmd, devices, runtime, work) -> int:
+def _cover(args, cmd: list[str]) -> tuple[cover.Cover | None, list[str]]:
+    """The job's ranks and the ones executed, when not all are (`--world-size`, `--ranks`,
+    or a launcher's several nodes), and the command that runs only those (cover.py)."""
+    world, per_node = cover.launcher_world(cmd)
+    kind, _ = cover.launcher(cmd)
+    if args.world_size is None and args.ranks is None and (world is None or world == per_node):
+        return None, cmd  # one node: every rank runs, as the launcher says
+    n = args.world_size or world
+    if n is None:
+        raise cover.CoverError(
+            "--ranks: how many ranks has the job? Give --world-size N (or the launcher's "
+            "--nproc_per_node / --nnodes)"
+        )
+    if kind is None:
+        per_node = args.devices or n  # mp.spawn: one node shows them all, unless --devices
+    elif args.devices:
+        per_node = args.devices
+    elif per_node is None:
+        per_node = n
+    if n % per_node:
+        raise cover.CoverError(
+            f"--world-size {n} is not a whole number of nodes of {per_node} GPUs "
+            "(the launcher's per-node count, or --devices)"
+        )
+    ranks = cover.parse_ranks(args.ranks, n)
+    if len(ranks) == n and args.world_size is None and world == per_node:
+        return None, cmd
+    job = cover.Cover(n, per_node, ranks)
+    return job, cover.rewrite(cmd, len(ranks))
+
+
+def _capture(args, gpu, reserve, cmd, devices, runtime, work, job_cover=None) -> int:
     procs = work / "procs"
     procs.mkdir()
     env = dict(os.environ, **runtime_env(runtime, gpu, devices))
+    if job_cover is not None:
+        env.update(job_cover.env())
     env[_env.ENV_DIR], env[_env.ENV_NCCL_LOG] = str(procs), str(work / "nccl.jsonl")
     (work / "nccl-share").mkdir()  # the simulated NCCL's broadcasts of known bytes
     env[_env.ENV_NCCL_SHARE] = str(work / "nccl-share")
@@ -354,8 +407,12 @@ def _capture(args, gpu, reserve, cmd, devices, runtime, work) -> int:
                 f"the program failed (exit {done.status}) before it used CUDA", PROGRAM_FAILED
             )
         return _fail("the program never used CUDA; nothing to predict", USAGE)
+    if job_cover is not None:
+        wrong = ranks.wrong_world(job, job_cover)
+        if wrong:
+            return _fail("; ".join(wrong))
     try:
-        answer = ranks.predict(job, gpu, args.output, reserve, work)
+        answer = ranks.predict(job, gpu, args.output, reserve, work, job_cover)
     except (analysis.AnalysisError, native_error()) as e:
         return _fail(str(e))
     failed = bool(done.status or job.errors())
@@ -399,12 +456,16 @@ def write_trace(snapshot: Path, output: str, work: Path) -> str:
     return output
 
 
-def write_device_info(output: str, gpu: gpus.Gpu) -> None:
+def write_device_info(output: str, gpu: gpus.Gpu, index: int = 0) -> None:
     """`STEM.device.json` beside a trace written to a regular file, as `cachalot record`
-    writes it: `cachalot tune --gpu` then knows which GPU the trace was captured as."""
+    writes it: `cachalot tune --gpu` then knows which GPU the trace was captured as, and
+    which device of the node it was (a rank's own, `index`)."""
     if os.path.isfile(output):
         conf = _recorder.native().env_conf()  # as torch reads it, in Rust
-        info = json.dumps(gpus.device_info(gpu, conf), indent=1).encode()
+        described = gpus.device_info(gpu, conf)
+        for d in described["devices"]:
+            d["index"] = index
+        info = json.dumps(described, indent=1).encode()
         _recorder.native().write_output(_recorder.info_path(output), info)
 
 

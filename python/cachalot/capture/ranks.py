@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import _recorder
 from . import analysis, gpus
+from .cover import Cover, describe
 
 GiB = float(1 << 30)
 
@@ -132,6 +133,7 @@ class Answer:
     prediction: analysis.Prediction
     metas: list[dict[str, Any]]
     nccl: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    cover: Cover | None = None  # a job larger than the machine: the ranks executed (cover.py)
 
     @property
     def fits(self) -> bool:
@@ -154,6 +156,9 @@ class Answer:
             )
         deciding = [r.get("rank") for r in d.get("ranks", []) if r.get("trace") == d.get("trace")]
         d["deciding_rank"] = deciding[0] if deciding else None
+        if self.cover is not None:
+            d["ranks"] = covered_rows(d.get("ranks", []), self.cover)
+            d["world_size"], d["executed_ranks"] = self.cover.world, list(self.cover.ranks)
         d.update(extra, seconds=max((m.get("seconds", 0.0) for m in self.metas), default=0.0))
         return d
 
@@ -162,17 +167,52 @@ class Answer:
         if len(self.metas) > 1:
             names = ", ".join(f"{label(m)} = {r}" for m, r in zip(self.metas, self.traces()))
             text += f"\nranks               {names}"
+        if self.cover is not None:
+            text += f"\ncovered             {describe(self.cover)}"
         return text
 
     def traces(self) -> list[str]:
         return [r["trace"] for r in self.prediction.to_dict().get("ranks", [])]
 
 
-def _write_trace(snapshot: str, output: str, work: Path, gpu: gpus.Gpu) -> str:
+def covered_rows(rows: list[dict[str, Any]], job: Cover) -> list[dict[str, Any]]:
+    """Every rank of a covered job, by rank: the executed ones as answered (`executed`
+    true), each other one as the executed rank that stands for it (`covered_by`)."""
+    by_rank = {r.get("rank"): r for r in rows}
+    out = []
+    for rank in range(job.world):
+        if rank in by_rank:
+            out.append(dict(by_rank[rank], executed=True, covered_by=None))
+            continue
+        source = by_rank.get(job.covered_by(rank))
+        if source is None:
+            continue  # that rank left no answer (it failed): nothing stands for this one
+        row = {k: v for k, v in source.items() if k not in ("pid", "torch_stats", "error")}
+        row.update(rank=rank, executed=False, covered_by=source.get("rank"))
+        row["device"] = rank % job.per_node
+        out.append(row)
+    return out
+
+
+def wrong_world(job: Job, cover: Cover) -> list[str]:
+    """The executed ranks whose program saw another world size than the job's (a script
+    that sets its own), or another rank than the one it was to be."""
+    lines = []
+    for p in job.cuda:
+        if p.get("world_size") not in (None, cover.world):
+            lines.append(
+                f"{label(p)} ran in a world of {p['world_size']} ranks, not --world-size "
+                f"{cover.world}: the script sets its own world size; let it take WORLD_SIZE "
+                "from its launcher (or the size torch.multiprocessing.spawn gives it)"
+            )
+    return lines
+
+
+def _write_trace(snapshot: str, output: str, work: Path, gpu: gpus.Gpu, device: int) -> str:
     from .launch import write_device_info, write_trace
 
     out = write_trace(Path(snapshot), output, work)
-    write_device_info(out, gpu)
+    write_device_info(out, gpu, device)
     return out
 
 
@@ -181,14 +221,27 @@ def _outside(meta: dict[str, Any], job: Job) -> dict[str, Any]:
     communicators (from the simulated NCCL's log) and the other processes that used its
     device."""
     device = (meta.get("devices") or [None])[0]
-    others = [p for p in job.cuda if p is not meta and device in (p.get("devices") or [])]
+    others = [  # the other processes on this device of this node
+        p
+        for p in job.cuda
+        if p is not meta
+        and device in (p.get("devices") or [])
+        and p.get("node") == meta.get("node")
+    ]
     return {
         "nccl": [{"ranks": c["nranks"]} for c in job.communicators(meta["pid"])],
         "extra_contexts": len(others),
     }
 
 
-def predict(job: Job, gpu: gpus.Gpu, output: str, reserve: int | None, work: Path) -> Answer:
+def predict(
+    job: Job,
+    gpu: gpus.Gpu,
+    output: str,
+    reserve: int | None,
+    work: Path,
+    cover: Cover | None = None,
+) -> Answer:
     """Answers each rank of `job` on `gpu` and the job as a whole (one in-process call of
     the application layer over every rank's trace); each rank's trace is written at
     `trace_path(output, …)`."""
@@ -200,7 +253,8 @@ def predict(job: Job, gpu: gpus.Gpu, output: str, reserve: int | None, work: Pat
         out = trace_path(output, meta.get("rank"), meta["pid"], many)
         if many:
             _recorder.native().check_output(out)
-        written = _write_trace(meta["snapshot"], out, work, gpu)
+        device = (meta.get("devices") or [0])[0]  # the rank's own device of the node
+        written = _write_trace(meta["snapshot"], out, work, gpu, device)
         # A FIFO or device took the trace: the prediction reads the captured copy.
         traces.append(written if os.path.isfile(written) else meta["snapshot"])
     warnings = []
@@ -214,4 +268,5 @@ def predict(job: Job, gpu: gpus.Gpu, output: str, reserve: int | None, work: Pat
         torch_stats=job.cuda[0]["torch_stats"],
         outside=[_outside(m, job) for m in job.cuda],
     )
-    return Answer(pred, job.cuda, nccl={m["pid"]: job.communicators(m["pid"]) for m in job.cuda})
+    nccl = {m["pid"]: job.communicators(m["pid"]) for m in job.cuda}
+    return Answer(pred, job.cuda, nccl=nccl, cover=cover)

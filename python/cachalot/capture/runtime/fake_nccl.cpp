@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <mutex>
@@ -367,12 +368,32 @@ API ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclData
 static constexpr int kShareWaitMs = 10000;
 static constexpr size_t kShareMax = 1 << 20;
 
+// A job larger than the machine (cachalot capture --world-size) executes only some ranks
+// (CACHALOT_NCCL_EXECUTED, of CACHALOT_NCCL_WORLD): a root that is not one of them never
+// leaves its bytes. The ranks of the job's world communicator are its global ranks; those of
+// any other are not known here, so its broadcasts share nothing. Either way nothing waits.
+static bool root_may_come(const ncclComm* comm, int root) {
+  const char* executed = getenv("CACHALOT_NCCL_EXECUTED");
+  const char* world = getenv("CACHALOT_NCCL_WORLD");
+  if (!executed || !*executed || !world) return true;  // every rank runs
+  if (comm->parent != 0 || comm->nranks != atoi(world)) return false;
+  for (const char* p = executed; *p;) {
+    char* end = nullptr;
+    long r = strtol(p, &end, 10);
+    if (end == p) break;
+    if (r == root) return true;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return false;
+}
+
 static void broadcast_values(const void* send, void* recv, size_t count, ncclDataType_t type, int root,
                       ncclComm_t comm) {
   size_t n = count * type_size(type);
   uint64_t seq = ++comm->bcasts;
   const char* dir = getenv("CACHALOT_NCCL_SHARE");
-  if (!dir || !*dir || n == 0 || n > kShareMax || comm->nranks == 1) {
+  if (!dir || !*dir || n == 0 || n > kShareMax || comm->nranks == 1 ||
+      !root_may_come(comm, root)) {
     own(recv, send, count, type);
     return;
   }
