@@ -127,7 +127,9 @@ class capture:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         torch = self._torch
-        snap = torch.cuda.memory._snapshot()
+        from .values import clean_frames  # the stacks without the value tracking's frames
+
+        snap = clean_frames(torch.cuda.memory._snapshot())
         stats = torch.cuda.memory_stats()
         out = self.output or os.path.join(
             tempfile.mkdtemp(prefix="cachalot-capture-"), "capture.pickle"

@@ -115,7 +115,9 @@ class _Session:
         stats = torch.cuda.memory_stats() if used_cuda and not foreign else {}
         events, devices = 0, []
         if used_cuda and not foreign:
-            snap = torch.cuda.memory._snapshot()
+            from .values import clean_frames  # the stacks without the value tracking's frames
+
+            snap = clean_frames(torch.cuda.memory._snapshot())
             traces = snap.get("device_traces", [])
             devices = [i for i, t in enumerate(traces) if any(e["action"] != "snapshot" for e in t)]
             if devices:
@@ -168,6 +170,7 @@ class _Session:
                 "answered": dict(self.reads.answered),
                 "bytes": self.reads.bytes_read,
             },
+            "values": self.reads.values_summary(),  # known and assumed values (values.py)
             "warnings": warnings,
             "compile": self.compile.summary(),
         }

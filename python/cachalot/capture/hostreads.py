@@ -7,11 +7,14 @@ a loop until a condition on the GPU holds), the captured stream may differ
 from a real run. This module
 
 * counts every device-to-host copy and names the source line that made it
-  (the first frame outside torch), so the report can warn about it, and
-* answers the few reads whose value is known without computing it, at call
-  sites it knows: Hugging Face ``generate()``'s stop check (no EOS token: done
-  when the sequence reaches ``max_length``), "is the attention mask all
-  ones?" and "are token ids negative?". These rules are our rendering of the
+  (the first frame outside torch), so the report can warn about it,
+* starts `values`, which computes on the CPU every value fixed by host data (a padded
+  batch's attention mask, the stop flag of ``MaxLengthCriteria``) so that reads of those get a
+  GPU's answer, and assumes MoE routing (docs/values.md); and
+* answers the few reads of *unknown* values at call sites it knows: Hugging
+  Face ``generate()``'s stop check (no EOS token: done when the sequence
+  reaches ``max_length``), "is the attention mask all ones?" and "are token
+  ids negative?". These rules are our rendering of the
   ones ``shared/fakegpu/fakegpu_util.py`` uses for its ground truth runs.
   In a distributed job, DDP's check that every rank holds the same parameters
   (``torch.distributed._verify_params_across_processes``) gathers shapes that
@@ -173,6 +176,20 @@ class HostReads:
     bytes_read: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _answering: int = 0
+    _answered_d2h: int = 0  # device-to-host copies made while answering
+    values: object = None  # the known values (`values.Values`), when tracked
+
+    def begin_answer(self) -> int:
+        """The device reads from here to `end_answer` are answered (by `values`)."""
+        with self._lock:
+            self._answering += 1
+            return self._answered_d2h
+
+    def end_answer(self, start: int) -> int:
+        """How many device reads were made since `begin_answer` returned `start`."""
+        with self._lock:
+            self._answering -= 1
+            return self._answered_d2h - start
 
     def install(self, torch) -> None:
         lib = runtime_cudart()
@@ -184,6 +201,11 @@ class HostReads:
         setter(self._cb, None)
         self._patch(torch)
         self._patch_distributed(torch)
+        from .values import Values
+
+        values = Values(torch, self)
+        if values.install():
+            self.values = values
         if _STOPPING in sys.modules:
             _watch_stopping_criteria(sys.modules[_STOPPING])
         else:
@@ -193,6 +215,7 @@ class HostReads:
         with self._lock:
             self.bytes_read += int(nbytes)
             if self._answering:
+                self._answered_d2h += 1
                 return
         try:
             frame = sys._getframe(1)
@@ -208,6 +231,8 @@ class HostReads:
         reads = self
 
         def answer(t, real):
+            if reads.values is not None and reads.values.is_known(t):
+                return real(t)  # computed from known values (`values`), not by a rule
             f = _user_frame(sys._getframe(2))
             if f is not None:
                 fn = f.f_code.co_filename
@@ -260,8 +285,12 @@ class HostReads:
 
         dist._verify_params_across_processes = verify
 
+    def values_summary(self) -> dict | None:
+        """What `values` computed and assumed (None when values are not tracked)."""
+        return self.values.summary() if self.values is not None else None
+
     def warnings(self) -> list[str]:
-        out = []
+        out = self.values.warnings() if self.values is not None else []
         for rule, n in self.answered.items():
             code = rule.split(": ", 1)[-1]
             out.append(

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from .. import _recorder, _run
-from . import _env, analysis, build, cover, gpus, ranks
+from . import _env, analysis, build, cover, gpus, ranks, values_bounds
 from .compile import env as compile_env
 from .compile import summary_line as compile_line
 
@@ -416,9 +416,16 @@ def _capture(args, gpu, reserve, cmd, devices, runtime, work, job_cover=None) ->
     except (analysis.AnalysisError, native_error()) as e:
         return _fail(str(e))
     failed = bool(done.status or job.errors())
+    # an assumed MoE routing that steered reads: the worst case's run too (values_bounds)
+    routing = (
+        None
+        if failed
+        else values_bounds.bounds(job, answer, cmd, env, work, gpu, reserve, args.timeout)
+    )
     if args.json:
         d = answer.to_json(torch=job.torch, exit_code=done.status)
         d["compile"] = job.cuda[0].get("compile")  # what torch.compile did (compile.py)
+        d["routing"] = routing
         print(json.dumps(d, indent=1))
     else:
         print(
@@ -430,6 +437,8 @@ def _capture(args, gpu, reserve, cmd, devices, runtime, work, job_cover=None) ->
         if compiled.get("graphs_compiled"):
             print(compile_line(compiled), file=sys.stderr)
         print(answer.report())
+        if routing:
+            print(values_bounds.report(routing))
     if failed:
         first = next(iter(job.errors()), f"exit {done.status}")
         _fail(f"the program failed ({first}); the answer covers the run up to there")

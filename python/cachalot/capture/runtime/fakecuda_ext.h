@@ -54,6 +54,12 @@ void fakecuda_set_event_callback(fakecuda_event_cb cb, void* user);
 void fakecuda_get_counters(fakecuda_counters* out);
 /* Called (outside the fake's lock) after every device-to-host copy, with its size. */
 void fakecuda_set_d2h_callback(void (*cb)(uint64_t bytes, void* user), void* user);
+/* Shadow bytes (cudart_shadow.cpp): `n` bytes now known at device address `dst` (`data`), or,
+ * with `data` NULL, no longer known; later device-to-host copies of them return them. */
+void fakecuda_shadow_write(void* dst, const void* data, size_t n);
+/* Arms (`data` non-NULL) or disarms the answer to the calling thread's next device-to-host copy
+ * of exactly `n` bytes; returns how many armed answers that thread's copies have taken. */
+uint64_t fakecuda_shadow_answer_next(const void* data, size_t n);
 /* Driver-API implementation for `name` (e.g. "cuMemCreate"), or NULL. */
 void* fakecuda_driver_symbol(const char* name);
 /* Returns the version string of the fake. */
