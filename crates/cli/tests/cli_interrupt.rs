@@ -8,6 +8,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cachalot_testkit::{file_names, mkfifo};
+
 fn cachalot() -> Command {
     Command::new(env!("CARGO_BIN_EXE_cachalot"))
 }
@@ -38,20 +40,11 @@ fn wait_within(mut child: Child, limit: Duration) -> (i32, String) {
     panic!("still running {limit:?} after the signal");
 }
 
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn tune_on_a_fifo_with_no_writer_ends_at_ctrl_c() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("trace.csv");
-    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    mkfifo(&fifo);
     let child = cachalot()
         .args(["tune", "--capacity", "24G"])
         .arg(&fifo)
@@ -106,7 +99,7 @@ fn a_long_tune_stops_at_ctrl_c_by_itself_and_writes_no_report() {
         "{:?}",
         signalled.elapsed()
     );
-    assert_eq!(names(dir.path()), ["big.csv"]);
+    assert_eq!(file_names(dir.path()), ["big.csv"]);
 }
 
 #[test]
@@ -129,7 +122,7 @@ fn convert_killed_while_writing_keeps_the_previous_file_and_no_temporary_one() {
         .unwrap();
     // The temporary file appears when the write starts.
     let start = Instant::now();
-    while names(&out_dir).len() < 2 {
+    while file_names(&out_dir).len() < 2 {
         assert!(
             start.elapsed() < Duration::from_secs(120),
             "no temporary file"
@@ -140,6 +133,6 @@ fn convert_killed_while_writing_keeps_the_previous_file_and_no_temporary_one() {
     let (code, err) = wait_within(child, Duration::from_secs(10));
     assert_eq!(code, 143, "{err}");
     assert!(err.contains("interrupted by SIGTERM"), "{err}");
-    assert_eq!(names(&out_dir), ["trace.csv.gz"]);
+    assert_eq!(file_names(&out_dir), ["trace.csv.gz"]);
     assert_eq!(fs::read_to_string(&out).unwrap(), "previous\n");
 }

@@ -1,9 +1,9 @@
 //! What the workspace's tests share, so that each rule is written once: where the fixtures
 //! are, where `shared/` and the oracle are (one variable each), how a skipped test says why,
-//! where a test writes its scratch files, how a test compiles C with gcc, runs a command without the developer's allocator settings,
-//! reads a gzip fixture, compares JSON with the oracle's, and where the simulated CUDA driver
-//! is (`driver`). A dev-dependency only; nothing
-//! ships with it.
+//! where a test writes its scratch files, lists what is left there and makes a FIFO, how a
+//! test compiles C with gcc, runs a command without the developer's allocator settings, reads
+//! a gzip fixture, compares JSON with the oracle's, and where the simulated CUDA driver is
+//! (`driver`). A dev-dependency only; nothing ships with it.
 
 use std::ffi::OsStr;
 use std::io::Read;
@@ -28,6 +28,23 @@ pub fn scratch() -> tempfile::TempDir {
         .prefix("cachalot-test-")
         .tempdir()
         .expect("cannot create a scratch folder in the temp dir")
+}
+
+/// The names of the entries of `dir`, sorted: what a test compares to prove that an operation
+/// left exactly the files it should (no temporary file, the previous file kept).
+pub fn file_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Makes a named pipe (FIFO) at `path`, readable and writable by its owner only.
+pub fn mkfifo(path: &Path) {
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+        .unwrap_or_else(|e| panic!("cannot make a FIFO at {}: {e}", path.display()));
 }
 
 /// The workspace root.

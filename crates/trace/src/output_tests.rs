@@ -2,17 +2,9 @@
 //! modes, and the folder checks.
 
 use super::*;
+use cachalot_testkit::{file_names, mkfifo};
 use std::os::unix::fs::symlink;
 use std::process::Command;
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
 
 #[test]
 fn a_failed_write_leaves_the_old_file_and_no_temporary() {
@@ -26,7 +18,11 @@ fn a_failed_write_leaves_the_old_file_and_no_temporary() {
     .unwrap_err();
     assert_eq!(e.to_string(), "disk full");
     assert_eq!(fs::read(&path).unwrap(), b"old\n");
-    assert_eq!(names(dir.path()), ["out.csv"], "a temporary file was left");
+    assert_eq!(
+        file_names(dir.path()),
+        ["out.csv"],
+        "a temporary file was left"
+    );
     write_atomic(&path, |w| w.write_all(b"new\n")).unwrap();
     assert_eq!(fs::read(&path).unwrap(), b"new\n");
 }
@@ -63,11 +59,7 @@ fn a_symlink_stays_a_symlink_and_its_target_gets_the_content() {
 fn a_fifo_is_written_through_and_stays_a_fifo() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("pipe");
-    let ok = Command::new("mkfifo").arg(&fifo).status();
-    if !ok.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: mkfifo is not available here");
-        return;
-    }
+    mkfifo(&fifo);
     let reader = {
         let fifo = fifo.clone();
         std::thread::spawn(move || fs::read(&fifo).unwrap())
@@ -76,7 +68,7 @@ fn a_fifo_is_written_through_and_stays_a_fifo() {
     write_output(&fifo, b"through the pipe").unwrap();
     assert_eq!(reader.join().unwrap(), b"through the pipe");
     assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
-    assert_eq!(names(dir.path()), ["pipe"]);
+    assert_eq!(file_names(dir.path()), ["pipe"]);
 }
 
 #[test]
@@ -105,7 +97,7 @@ fn a_device_node_is_written_through_and_stays_a_device() {
             .file_type()
             .is_char_device()
     );
-    assert_eq!(names(dir.path()), ["null", "out"]);
+    assert_eq!(file_names(dir.path()), ["null", "out"]);
 }
 
 #[test]
@@ -175,7 +167,7 @@ fn bad_paths_are_refused_before_any_work_with_the_path_quoted() {
         .to_string();
     assert!(e.contains("names no file"), "{e}");
     assert_eq!(
-        names(dir.path()),
+        file_names(dir.path()),
         Vec::<String>::new(),
         "a check left a file"
     );

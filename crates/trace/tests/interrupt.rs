@@ -6,27 +6,14 @@
 
 use std::fs;
 use std::io::{Read, Write};
-use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use cachalot_testkit::{file_names, mkfifo};
 use cachalot_trace::interrupt::{self, Interrupted};
 use cachalot_trace::{open_decompressed, write_atomic};
 
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn mkfifo(path: &Path) {
-    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
 
 /// Asks a stop `after` from now, on another thread.
 fn stop_after(after: Duration, signal: i32) -> std::thread::JoinHandle<()> {
@@ -117,7 +104,7 @@ fn a_write_stopped_midway_keeps_the_previous_file_and_no_temporary_one() {
     .unwrap_err();
     assert!(interrupt::is_interrupted(&err), "{err}");
     assert_eq!(fs::read_to_string(&out).unwrap(), "previous\n");
-    assert_eq!(names(dir.path()), ["out.csv"]);
+    assert_eq!(file_names(dir.path()), ["out.csv"]);
     interrupt::clear();
     // Without a stop the same write goes through.
     write_atomic(&out, |w| w.write_all(b"new\n")).unwrap();
@@ -135,7 +122,7 @@ fn the_signal_path_removes_the_temporary_file_of_a_write_in_flight() {
     let r = write_atomic(&out, |w| {
         w.write_all(b"half")?;
         w.flush()?;
-        seen = names(dir.path());
+        seen = file_names(dir.path());
         // What the CLI's signal thread does before it ends the process.
         assert_eq!(interrupt::remove_temp_files(), 1);
         Ok(())
@@ -148,7 +135,7 @@ fn the_signal_path_removes_the_temporary_file_of_a_write_in_flight() {
     );
     assert!(r.is_err());
     assert_eq!(fs::read_to_string(&out).unwrap(), "previous\n");
-    assert_eq!(names(dir.path()), ["report.html"]);
+    assert_eq!(file_names(dir.path()), ["report.html"]);
     // Nothing stays registered after a write.
     write_atomic(&out, |w| w.write_all(b"new\n")).unwrap();
     assert_eq!(interrupt::remove_temp_files(), 0);
