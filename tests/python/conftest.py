@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -116,6 +118,40 @@ def have(tool: str) -> bool:
     return shutil.which(tool) is not None
 
 
+# --- the scaffolding of the signal tests (record, capture): start a wrapper, wait until the
+# program under it is ready, signal the wrapper, check its exit status and what it left.
+
+
+def wait_until_ready(proc: subprocess.Popen, ready: Path, timeout: float = 300) -> None:
+    """Waits until the program under `proc` has created the file `ready`; fails with the
+    wrapper's output if it exits first, or after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"the program never got ready ({ready})"
+        time.sleep(0.2)
+
+
+def signal_and_wait(
+    proc: subprocess.Popen, sig: signal.Signals, timeout: float = 300
+) -> tuple[str, str]:
+    """Sends `sig` to `proc` and waits for it; checks that it exits as a shell reports a
+    program killed by `sig` (128 + the signal) and says `interrupted (SIGNAME)` on stderr.
+    Returns its stdout and stderr."""
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=timeout)
+    assert proc.returncode == 128 + sig, stderr[-3000:]
+    assert f"interrupted ({signal.Signals(sig).name})" in stderr, stderr[-3000:]
+    return stdout, stderr
+
+
+def assert_no_process_runs(path: Path, what: str) -> None:
+    """Fails if a process whose command line names `path` (the test's own script under its
+    `tmp_path`, so that other tests' processes never match) still runs."""
+    left = subprocess.run(["pgrep", "-f", str(path)], capture_output=True, check=False)
+    assert left.stdout == b"", f"the program outlived {what}"
+
+
 def _needs_torch(item: pytest.Item) -> bool:
     """Whether a test runs real PyTorch: it uses the fake-GPU fixture, or its module runs the
     torch venv's interpreter itself (the capture and record tests)."""
@@ -141,3 +177,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if _needs_torch(item):
             item.add_marker(pytest.mark.torch)
             item.add_marker(pytest.mark.slow)
+
