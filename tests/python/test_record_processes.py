@@ -21,9 +21,12 @@ from conftest import (
     FAKEGPU,
     FAKEGPU_BUILD,
     TORCH_PYTHON,
+    assert_no_process_runs,
     cachalot_cli,
     fakegpu_missing,
     package_env,
+    signal_and_wait,
+    wait_until_ready,
 )
 
 
@@ -124,37 +127,44 @@ def _torch_env():
     return package_env({"PYTHON": str(TORCH_PYTHON), "FAKEGPU_BUILD": str(FAKEGPU_BUILD)})
 
 
-def _start_record(tmp_path, script_text, *extra):
+def _record_argv(out, script, *args):
+    """`cachalot record -o OUT -- python SCRIPT ARGS`, with torch's interpreter on the fake GPU."""
+    argv = ["bash", str(FAKEGPU / "run.sh"), "-m", "cachalot", "record", "-o", str(out), "--"]
+    return [*argv, str(TORCH_PYTHON), str(script), *map(str, args)]
+
+
+def _record_torch(tmp_path, name, script_text, *args):
+    """Writes `script_text` to `tmp_path/name` and records it into `tmp_path/snap.pickle`,
+    waiting for it; returns the CompletedProcess and the snapshot's path."""
+    env = _torch_env()
+    script = tmp_path / name
+    script.write_text(script_text)
+    out = tmp_path / "snap.pickle"
+    p = subprocess.run(
+        _record_argv(out, script, *args),
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    return p, out
+
+
+def _start_record(tmp_path, script_text):
     env = _torch_env()
     script = tmp_path / "train.py"
     script.write_text(script_text)
     out = tmp_path / "snap.pickle"
     ready = tmp_path / "ready"
     p = subprocess.Popen(
-        [
-            "bash",
-            str(FAKEGPU / "run.sh"),
-            "-m",
-            "cachalot",
-            "record",
-            "-o",
-            str(out),
-            *extra,
-            "--",
-            str(TORCH_PYTHON),
-            str(script),
-            str(ready),
-        ],
+        _record_argv(out, script, ready),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.time() + 300
-    while not ready.exists():
-        assert p.poll() is None, p.communicate()
-        assert time.time() < deadline, "the program never got ready"
-        time.sleep(0.2)
+    wait_until_ready(p, ready)
     return p, out
 
 
@@ -163,20 +173,14 @@ def _sizes(snapshot_path):
     return [e["size"] for e in snap["device_traces"][0] if e["action"] == "alloc"]
 
 
-@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_signal_to_record_reaches_the_program_which_writes_its_snapshot(tmp_path, sig, status):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_record_reaches_the_program_which_writes_its_snapshot(tmp_path, sig):
     p, out = _start_record(tmp_path, SLOW_EXIT)
-    p.send_signal(sig)
-    stdout, stderr = p.communicate(timeout=300)
-    assert p.returncode == status, stderr
-    assert f"interrupted ({signal.Signals(sig).name})" in stderr
+    stdout, _ = signal_and_wait(p, sig)  # 130 for SIGINT, 143 for SIGTERM
     assert f"wrote {out}" in stdout
     # the allocation made after the signal, during the program's own cleanup, is in it
     assert 3 << 20 in _sizes(out)
-    leftover = subprocess.run(
-        ["pgrep", "-f", str(tmp_path / "train.py")], capture_output=True, check=False
-    )
-    assert leftover.stdout == b"", "the program outlived cachalot record"
+    assert_no_process_runs(tmp_path / "train.py", "cachalot record")
 
 
 SPAWN = textwrap.dedent(
@@ -193,29 +197,7 @@ SPAWN = textwrap.dedent(
 
 
 def test_spawned_ranks_each_write_their_own_snapshot(tmp_path):
-    env = _torch_env()
-    script = tmp_path / "ddp.py"
-    script.write_text(SPAWN)
-    out = tmp_path / "snap.pickle"
-    p = subprocess.run(
-        [
-            "bash",
-            str(FAKEGPU / "run.sh"),
-            "-m",
-            "cachalot",
-            "record",
-            "-o",
-            str(out),
-            "--",
-            str(TORCH_PYTHON),
-            str(script),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
+    p, _ = _record_torch(tmp_path, "ddp.py", SPAWN)
     assert p.returncode == 0, p.stderr
     per_rank = sorted(tmp_path.glob("snap.pid*.pickle"))
     assert len(per_rank) == 2, (os.listdir(tmp_path), p.stdout, p.stderr)
@@ -244,36 +226,8 @@ NESTED = textwrap.dedent(
 
 
 def test_nested_recordings_compose_inside_record(tmp_path):
-    env = _torch_env()
-    script = tmp_path / "nested.py"
-    script.write_text(NESTED)
-    outer, inner, whole = (
-        tmp_path / "outer.pickle",
-        tmp_path / "inner.pickle",
-        tmp_path / "w.pickle",
-    )
-    p = subprocess.run(
-        [
-            "bash",
-            str(FAKEGPU / "run.sh"),
-            "-m",
-            "cachalot",
-            "record",
-            "-o",
-            str(whole),
-            "--",
-            str(TORCH_PYTHON),
-            str(script),
-            str(outer),
-            str(inner),
-            str(tmp_path),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
+    outer, inner = tmp_path / "outer.pickle", tmp_path / "inner.pickle"
+    p, whole = _record_torch(tmp_path, "nested.py", NESTED, outer, inner, tmp_path)
     assert p.returncode == 0, p.stderr
     assert "caught: the user's own error" in p.stdout  # not replaced by the write's failure
     assert "could not write" in p.stderr
@@ -283,32 +237,9 @@ def test_nested_recordings_compose_inside_record(tmp_path):
 
 
 def test_a_program_that_switches_the_allocator_gets_a_clear_message(tmp_path):
-    env = _torch_env()
-    script = tmp_path / "use.py"
-    script.write_text(
-        "import cachalot.torch, torch\ncachalot.torch.use()\n"
-        "x = torch.empty(1 << 20, device='cuda')\n"
-    )
-    out = tmp_path / "snap.pickle"
-    p = subprocess.run(
-        [
-            "bash",
-            str(FAKEGPU / "run.sh"),
-            "-m",
-            "cachalot",
-            "record",
-            "-o",
-            str(out),
-            "--",
-            str(TORCH_PYTHON),
-            str(script),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
+    use = "import cachalot.torch, torch\ncachalot.torch.use()\n"
+    use += "x = torch.empty(1 << 20, device='cuda')\n"
+    p, out = _record_torch(tmp_path, "use.py", use)
     assert p.returncode == 1, p.stderr
     assert "switched torch to another allocator" in p.stderr, p.stderr
     assert not out.exists()
@@ -332,8 +263,7 @@ def test_ctrl_c_at_a_terminal_lets_the_program_finish_and_exits_130(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SLOW_EXIT)
     out, ready = tmp_path / "snap.pickle", tmp_path / "ready"
-    argv = ["bash", str(FAKEGPU / "run.sh"), "-m", "cachalot", "record", "-o", str(out), "--"]
-    argv += [str(TORCH_PYTHON), str(script), str(ready)]
+    argv = _record_argv(out, script, ready)
     pid, master = pty.fork()
     if pid == 0:  # the child: session leader with the pty as its controlling terminal
         try:
