@@ -31,42 +31,18 @@ def _pct(pred: int, meas: int) -> float:
     return 100.0 * abs(pred - meas) / meas
 
 
-def _capture(
-    tmp_path: Path, mode: str, steps: int
-) -> tuple[dict, dict, subprocess.CompletedProcess]:
+def _capture_json(
+    tmp_path: Path, program: list[str], gpu: str = "h100", extra: dict | None = None
+) -> dict:
+    """`cachalot capture --json --gpu GPU -- python PROGRAM…` with torch's interpreter; its
+    answer, parsed. Skips where torch or the analysis engine is missing."""
     if not TORCH_PYTHON.exists():
         pytest.skip(f"no torch venv at {TORCH_PYTHON} (set CACHALOT_TORCH_PYTHON)")
-    probe = subprocess.run(
-        [str(TORCH_PYTHON), "-c", "import torch, triton"], capture_output=True, check=False
-    )
-    if probe.returncode != 0:
-        pytest.skip(f"{TORCH_PYTHON} cannot import torch and triton")
-    out = tmp_path / "measured.json"
-    env = package_env(
-        {
-            "COMPILE_OUT": str(out),
-            "COMPILE_MODE": mode,
-            "COMPILE_STEPS": str(steps),
-            "TORCHINDUCTOR_CACHE_DIR": str(CACHE / "inductor"),
-            "TRITON_CACHE_DIR": str(CACHE / "triton"),
-        }
-    )
+    env = package_env(extra)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    capture = ["-m", "cachalot", "capture", "-o", str(tmp_path / "trace.pickle"), "--json"]
     p = subprocess.run(
-        [
-            str(TORCH_PYTHON),
-            "-m",
-            "cachalot",
-            "capture",
-            "-o",
-            str(tmp_path / "trace.pickle"),
-            "--json",
-            "--gpu",
-            "h100",
-            "--",
-            str(TORCH_PYTHON),
-            str(WORKLOAD),
-        ],
+        [str(TORCH_PYTHON), *capture, "--gpu", gpu, "--", str(TORCH_PYTHON), *program],
         env=env,
         capture_output=True,
         text=True,
@@ -75,7 +51,28 @@ def _capture(
     if p.returncode == 2 and "analysis engine" in p.stderr:
         pytest.skip(p.stderr.strip().splitlines()[-1])
     assert p.returncode == 0, p.stderr[-4000:]
-    return json.loads(p.stdout), json.loads(out.read_text()), p
+    return json.loads(p.stdout)
+
+
+def _capture(tmp_path: Path, mode: str, steps: int) -> tuple[dict, dict]:
+    """compile_workload.py compiled in `mode` under capture: the answer, and what torch's own
+    allocator measured in that same run."""
+    if TORCH_PYTHON.exists():
+        probe = subprocess.run(
+            [str(TORCH_PYTHON), "-c", "import torch, triton"], capture_output=True, check=False
+        )
+        if probe.returncode != 0:
+            pytest.skip(f"{TORCH_PYTHON} cannot import torch and triton")
+    out = tmp_path / "measured.json"
+    env = {
+        "COMPILE_OUT": str(out),
+        "COMPILE_MODE": mode,
+        "COMPILE_STEPS": str(steps),
+        "TORCHINDUCTOR_CACHE_DIR": str(CACHE / "inductor"),
+        "TRITON_CACHE_DIR": str(CACHE / "triton"),
+    }
+    answer = _capture_json(tmp_path, [str(WORKLOAD)], extra=env)
+    return answer, json.loads(out.read_text())
 
 
 def _check_compiled(answer: dict, measured: dict) -> None:
@@ -93,13 +90,13 @@ def _check_compiled(answer: dict, measured: dict) -> None:
 
 
 def test_default_mode_compiles_and_predicts_the_compiled_run(tmp_path):
-    answer, measured, _ = _capture(tmp_path, "default", steps=2)
+    answer, measured = _capture(tmp_path, "default", steps=2)
     _check_compiled(answer, measured)
 
 
 def test_reduce_overhead_captures_cuda_graphs(tmp_path):
     # three steps: cudagraph trees record on the second call and replay from the third
-    answer, measured, _ = _capture(tmp_path, "reduce-overhead", steps=3)
+    answer, measured = _capture(tmp_path, "reduce-overhead", steps=3)
     _check_compiled(answer, measured)
     assert measured["graph_launches"] >= 1, measured  # the graphs were replayed
     assert measured["cudagraph_skips"] == 0, measured
@@ -136,35 +133,7 @@ torch.cuda.synchronize()
 
 
 def _capture_code(tmp_path: Path, code: str, gpu: str = "h100", extra: dict | None = None) -> dict:
-    if not TORCH_PYTHON.exists():
-        pytest.skip(f"no torch venv at {TORCH_PYTHON} (set CACHALOT_TORCH_PYTHON)")
-    env = package_env(extra)
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    p = subprocess.run(
-        [
-            str(TORCH_PYTHON),
-            "-m",
-            "cachalot",
-            "capture",
-            "-o",
-            str(tmp_path / "trace.pickle"),
-            "--json",
-            "--gpu",
-            gpu,
-            "--",
-            str(TORCH_PYTHON),
-            "-c",
-            code,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if p.returncode == 2 and "analysis engine" in p.stderr:
-        pytest.skip(p.stderr.strip().splitlines()[-1])
-    assert p.returncode == 0, p.stderr[-4000:]
-    return json.loads(p.stdout)
+    return _capture_json(tmp_path, ["-c", code], gpu, extra)
 
 
 def test_compile_wrappers_that_never_run_are_not_reported(tmp_path):
