@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, outside the clone, what the Python tests need, reusing whatever is already there:
 #   a virtual environment ($CACHALOT_VENV, default ~/.cache/cachalot-torch) with maturin,
-#   pytest, ruff and mypy (its stubtest checks cachalot/_native.pyi);
+#   pytest, pytest-xdist, ruff and mypy (its stubtest checks cachalot/_native.pyi);
 #   with --torch: torch 2.15.0 (+ transformers, torchvision) in it, the fake GPU stack of
 #   ../shared/fakegpu built into $FAKEGPU_BUILD (default ~/.cache/cachalot-fakegpu), and torch
 #   2.9.1 (PyPI's CUDA 12.8 wheel) in a second venv ($CACHALOT_TORCH29_VENV, default
@@ -23,6 +23,9 @@ done
 if ((${#missing[@]})); then
   "$PY" -m pip install -q "${missing[@]}" || { echo "python_env: cannot install ${missing[*]}" >&2; exit 1; }
 fi
+# pytest-xdist: scripts/test.sh runs pytest on every core (without it, on one)
+"$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('xdist') is None)" 2>/dev/null \
+  || "$PY" -m pip install -q pytest-xdist || echo "python_env: cannot install pytest-xdist; pytest runs on one core" >&2
 if [[ "${1:-}" == "--torch" ]]; then
   if ! "$PY" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.15.0")' 2>/dev/null; then
     echo "python_env: installing torch 2.15.0, transformers, torchvision into $VENV (once)"

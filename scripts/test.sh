@@ -3,7 +3,7 @@
 #   1. cargo test --workspace --profile ci (release less LTO, see Cargo.toml and
 #      docs/development.md; the wheel below reuses every crate it compiles);
 #   2. the Python package: the wheel built with maturin, its native module put in place
-#      under python/cachalot/, ruff, then pytest tests/python;
+#      under python/cachalot/, ruff, then pytest tests/python on every core (pytest-xdist);
 #   3. the wheel installed in a fresh venv with no Rust toolchain on PATH, running
 #      `cachalot tune --capacity 24G`.
 # The venv with maturin/pytest/ruff is set up outside the clone (scripts/python_env.sh).
@@ -22,8 +22,16 @@ cp target/wheel-unpacked/cachalot/_native.abi3.so python/cachalot/_native.abi3.s
 
 "$BIN/ruff" check python tests/python scripts
 "$BIN/ruff" format --check python tests/python scripts
+# pytest on every core (pytest-xdist, from python_env.sh; CACHALOT_TEST_WORKERS overrides, 1 runs
+# in this process): tests that share a module's workload stay on one worker (loadgroup, the
+# groups are set in tests/python/conftest.py), the slow ones start first.
+WORKERS="${CACHALOT_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
+XDIST=()
+if [[ "$WORKERS" -gt 1 ]] && "$PY" -c 'import xdist' 2>/dev/null; then
+  XDIST=(-n "$WORKERS" --dist loadgroup)
+fi
 status=0
-PYTHONPATH="$PWD/python" "$PY" -m pytest tests/python -ra || status=$?
+PYTHONPATH="$PWD/python" "$PY" -m pytest tests/python -ra --durations=15 "${XDIST[@]}" || status=$?
 # 5: no test collected (cannot happen with tests/python present, but is not a failure).
 if [[ $status -ne 0 && $status -ne 5 ]]; then exit $status; fi
 

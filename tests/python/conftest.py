@@ -170,6 +170,23 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "torch: runs real PyTorch (on the fake GPU or the capture runtime)"
     )
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
+    # pytest-xdist registers it where installed; registered here too for runs without it
+    config.addinivalue_line("markers", "xdist_group(name): run these tests on one xdist worker")
+
+
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether a test uses a fixture of its own module that outlives one test (a workload run
+    once per module): under xdist such tests go to one worker (`--dist loadgroup`), else each
+    worker would run that workload again."""
+    module = getattr(item, "module", None)
+    info = getattr(item, "_fixtureinfo", None)
+    if module is None or info is None:
+        return False
+    for name in getattr(item, "fixturenames", ()):
+        for d in info.name2fixturedefs.get(name, ()):
+            if d.scope != "function" and getattr(d.func, "__module__", None) == module.__name__:
+                return True
+    return False
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -177,4 +194,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if _needs_torch(item):
             item.add_marker(pytest.mark.torch)
             item.add_marker(pytest.mark.slow)
-
+        if _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    # The slow tests first (a stable sort: each file's order stays), so that under xdist the
+    # long ones start at once and the quick ones fill the workers' gaps at the end.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
