@@ -319,6 +319,16 @@ pub fn parse_size(s: &str) -> PyResult<u64> {
     cachalot_core::parse_byte_size(s).map_err(|e| ArgumentError::new_err(e.to_string()))
 }
 
+/// The torch release a version string names (`2.9.1+cu128` -> `2.9`), from the version table;
+/// a string outside the releases cachalot knows is an ArgumentError saying which it knows.
+#[pyfunction]
+pub fn torch_release(version: &str) -> PyResult<String> {
+    version
+        .parse::<cachalot_core::config::TorchVersion>()
+        .map(|v| v.to_string())
+        .map_err(|e| ArgumentError::new_err(e.to_string()))
+}
+
 /// The CLI's `--capacity`/`--headroom` reader: [`parse_size`], but a plain number below
 /// 1 MiB needs a unit.
 #[pyfunction]
