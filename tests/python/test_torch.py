@@ -43,7 +43,7 @@ def torch_on_runtime(tmp_path_factory):
         runtime = build.ensure_runtime(str(TORCH_PYTHON), quiet=True)
     except build.BuildError as e:
         pytest.skip(f"the capture runtime cannot be built here: {e}")
-    preload = ":".join(str(runtime / lib) for lib in build.LIBRARIES)
+    preload = ":".join(str(runtime / lib) for lib in build.runtime_libraries(runtime))
     logs = tmp_path_factory.mktemp("runtime-logs")
 
     def run(args, env=None, timeout=600):

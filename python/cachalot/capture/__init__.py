@@ -42,7 +42,7 @@ def _load_runtime_in_process(gpu: gpus.Gpu) -> None:
     """Load the capture runtime before torch, so that torch binds to it.
 
     Each library carries the real one's soname, so when torch's libraries ask
-    for libcudart.so.13 (and the rest) the loader reuses the copy already
+    for libcudart.so.13 or .12 (and the rest) the loader reuses the copy already
     loaded here instead of the one on torch's RPATH.
     """
     from .launch import runtime_env
@@ -51,7 +51,7 @@ def _load_runtime_in_process(gpu: gpus.Gpu) -> None:
     env = runtime_env(runtime, gpu)
     env.pop("LD_PRELOAD")
     os.environ.update(env)
-    for lib in build.LIBRARIES:
+    for lib in build.runtime_libraries(runtime):
         ctypes.CDLL(str(runtime / lib), mode=ctypes.RTLD_GLOBAL)
 
 

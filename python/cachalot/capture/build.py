@@ -48,29 +48,65 @@ LIBRARY_PARTS = {
 # torch.compile: Triton's modules and launches, CUDA graph capture (reduce-overhead)
 LIBRARY_PARTS["cudart"] += ["cudart_modules", "cudart_graphs"]
 
-# The libraries the capture preloads, in the order they must be loaded.
-LIBRARIES = (
-    "libcudart.so.13",
-    "libnvidia-ml.so.1",
-    "libcuda.so.1",
-    "libcublasLt.so.13",
-    "libcublas.so.13",
-    "libcudnn.so.9",
-    "libnccl.so.2",
-)
+# The CUDA majors whose wheels the runtime stands in for: the sonames and symbol version nodes of
+# cudart, cuBLAS and cuBLASLt carry the major (libcudart.so.12, cudaMalloc@libcudart.so.12).
+CUDA_MAJORS = (13, 12)
 
-# Torch wheels whose CUDA sonames the runtime provides. Other builds (CUDA 12
-# wheels, ROCm) link other sonames and are refused with this list.
-SUPPORTED = "torch 2.15 CUDA 13 wheels (e.g. 2.15.0+cu132); tested: 2.15.0+cu132"
+
+def libraries(major: int) -> tuple[str, ...]:
+    """The libraries of a runtime for CUDA `major`'s wheels, in the order they must be loaded."""
+    return (
+        f"libcudart.so.{major}",
+        "libnvidia-ml.so.1",
+        "libcuda.so.1",
+        f"libcublasLt.so.{major}",
+        f"libcublas.so.{major}",
+        "libcudnn.so.9",
+        "libnccl.so.2",
+    )
+
+
+# A CUDA 13 runtime's libraries (the torch 2.15 wheels'); `runtime_libraries` reads a built one's.
+LIBRARIES = libraries(13)
+
+
+def runtime_libraries(runtime: Path) -> tuple[str, ...]:
+    """The libraries of the runtime built into `runtime`, whichever CUDA major it serves (the
+    CUDA 13 names when the folder holds none)."""
+    for major in CUDA_MAJORS:
+        if (runtime / f"libcudart.so.{major}").exists():
+            return libraries(major)
+    return LIBRARIES
+
+
+# What the runtime is built for, and what it was tested on (tests/python/test_versions_*.py);
+# the torch releases are the version table's (crates/core/src/config/versions.rs).
+SUPPORTED = (
+    "torch 2.4 … 2.15 CUDA builds on CUDA 12 or CUDA 13 wheels (tested: 2.15.0+cu132, "
+    "2.13.0+cu130, 2.9.1+cu128)"
+)
 
 
 class BuildError(RuntimeError):
     """The runtime could not be built; the message says what is missing."""
 
 
+# The headers the runtime compiles against and the NVIDIA package that brings each, by CUDA
+# major: CUDA 13 wheels put the toolkit in one folder (nvidia/cu13), CUDA 12 wheels one folder
+# per library (nvidia/cuda_runtime, nvidia/cublas, ...).
+HEADERS = (
+    ("cuda_runtime_api.h", "nvidia-cuda-runtime-cu{major}"),
+    ("cuda.h", "nvidia-cuda-runtime-cu{major}"),
+    ("cublas_api.h", "nvidia-cublas-cu{major}"),
+    ("cublasLt.h", "nvidia-cublas-cu{major}"),
+    ("cudnn.h", "nvidia-cudnn-cu{major}"),
+    ("nccl.h", "nvidia-nccl-cu{major}"),
+)
+
+
 @dataclass(frozen=True)
 class TorchLayout:
-    """Where the user's torch and the NVIDIA headers it was built with live."""
+    """Where the user's torch and the NVIDIA headers and libraries it was built with live."""
 
     site_packages: Path
     version: str
@@ -79,29 +115,43 @@ class TorchLayout:
     def torch_dir(self) -> Path:
         return self.site_packages / "torch"
 
-    @property
-    def cuda_include(self) -> Path:
-        return self.site_packages / "nvidia" / "cu13" / "include"
+    def _nvidia(self, sub: str) -> list[Path]:
+        """nvidia/*/`sub` folders of the wheels, CUDA 13's one-folder toolkit first."""
+        base = self.site_packages / "nvidia"
+        found = sorted(base.glob(f"*/{sub}")) if base.is_dir() else []
+        return sorted(found, key=lambda d: not re.fullmatch(r"cu\d+", d.parent.name))
+
+    def header_dir(self, header: str) -> Path | None:
+        """The include folder of torch's NVIDIA wheels that holds `header`, if any."""
+        return next((d for d in self._nvidia("include") if (d / header).exists()), None)
+
+    def library(self, soname: str) -> Path:
+        """The real library `soname` among torch's NVIDIA wheels (its exports are read, never
+        linked); a path that does not exist when the wheel is absent."""
+        found = next((d / soname for d in self._nvidia("lib") if (d / soname).exists()), None)
+        return found or self.site_packages / "nvidia" / "lib" / soname
 
     @property
-    def cuda_lib(self) -> Path:
-        return self.site_packages / "nvidia" / "cu13" / "lib"
+    def include_dirs(self) -> list[Path]:
+        """The include folders holding the runtime's headers, each once, in HEADERS order."""
+        dirs: list[Path] = []
+        for header, _ in HEADERS:
+            d = self.header_dir(header)
+            if d is not None and d not in dirs:
+                dirs.append(d)
+        return dirs
+
+    @property
+    def cuda_include(self) -> Path:
+        return self.header_dir("cuda.h") or self.site_packages / "nvidia" / "cu13" / "include"
 
     @property
     def cudnn_include(self) -> Path:
-        return self.site_packages / "nvidia" / "cudnn" / "include"
-
-    @property
-    def cudnn_lib(self) -> Path:
-        return self.site_packages / "nvidia" / "cudnn" / "lib"
+        return self.header_dir("cudnn.h") or self.site_packages / "nvidia" / "cudnn" / "include"
 
     @property
     def nccl_include(self) -> Path:
-        return self.site_packages / "nvidia" / "nccl" / "include"
-
-    @property
-    def nccl_lib(self) -> Path:
-        return self.site_packages / "nvidia" / "nccl" / "lib"
+        return self.header_dir("nccl.h") or self.site_packages / "nvidia" / "nccl" / "include"
 
 
 def find_torch(python: str | None = None) -> TorchLayout:
@@ -173,38 +223,63 @@ def run(cmd: list[str], what: str) -> str:
     return p.stdout
 
 
-def _check_layout(t: TorchLayout) -> Path:
-    """Check that torch links the sonames we fake; return the crt/ include dir."""
-    cuda_so = t.torch_dir / "lib" / "libtorch_cuda.so"
+@dataclass(frozen=True)
+class CudaBuild:
+    """What the runtime is built against for one torch: its CUDA major and crt/ folder."""
+
+    major: int
+    crt: Path
+
+
+def cuda_major(t: TorchLayout) -> int:
+    """The CUDA major torch `t` was built for (the libcudart.so.N its libtorch_cuda.so links),
+    or a BuildError with one line saying why this build cannot be captured."""
+    lib = t.torch_dir / "lib"
+    if (lib / "libtorch_hip.so").exists() or "rocm" in t.version:
+        raise BuildError(
+            f"torch {t.version} is a ROCm build; cachalot capture simulates NVIDIA's CUDA "
+            f"libraries and supports {SUPPORTED}"
+        )
+    _check_release(t)
+    cuda_so = lib / "libtorch_cuda.so"
     if not cuda_so.exists():
         raise BuildError(
             f"torch {t.version} at {t.torch_dir} has no libtorch_cuda.so (a CPU-only build): "
             f"capture needs a CUDA build of torch, {SUPPORTED}"
         )
     needed = run([_tool("readelf"), "-d", str(cuda_so)], "readelf")
-    if "libcudart.so.13" not in needed:
-        sonames = (
-            ", ".join(sorted(set(re.findall(r"\[(libcudart[^\]]*)\]", needed)))) or "no libcudart"
-        )
-        raise BuildError(
-            f"torch {t.version} links {sonames}; cachalot capture supports {SUPPORTED}"
-        )
-    for f in (
-        t.cuda_include / "cuda_runtime_api.h",
-        t.cuda_include / "cuda.h",
-        t.cuda_include / "cublas_api.h",
-        t.cuda_include / "cublasLt.h",
-        t.cudnn_include / "cudnn.h",
-        t.nccl_include / "nccl.h",
-    ):
-        if not f.exists():
+    for major in CUDA_MAJORS:
+        if f"[libcudart.so.{major}]" in needed:
+            return major
+    sonames = ", ".join(sorted(set(re.findall(r"\[(libcudart[^\]]*)\]", needed)))) or "no libcudart"
+    raise BuildError(f"torch {t.version} links {sonames}; cachalot capture supports {SUPPORTED}")
+
+
+def _check_release(t: TorchLayout) -> None:
+    """Refuses a torch release outside the version table (crates/core/src/config/versions.rs)."""
+    from cachalot import _native
+
+    try:
+        _native.torch_release(t.version)
+    except ValueError as e:
+        raise BuildError(f"{e}; cachalot capture supports {SUPPORTED}") from None
+
+
+def _check_layout(t: TorchLayout) -> CudaBuild:
+    """Check that torch links sonames we fake and that its wheels hold the headers we compile
+    against; return what the build needs."""
+    major = cuda_major(t)
+    for header, package in HEADERS:
+        if t.header_dir(header) is None:
             raise BuildError(
-                f"missing {f}: the NVIDIA wheels torch {t.version} depends on are not complete"
+                f"{header} is in none of {t.site_packages / 'nvidia'}/*/include: the NVIDIA "
+                f"wheels torch {t.version} depends on are incomplete; install "
+                f"{package.format(major=major)} (or reinstall torch)"
             )
     crt = crt_include(t.site_packages)
     if crt is None:
         raise BuildError(CRT_MISSING)
-    return crt
+    return CudaBuild(major, crt)
 
 
 # cuda_runtime_api.h includes crt/host_defines.h, which the runtime wheel leaves out; the
@@ -296,8 +371,7 @@ def cached(
 def build_runtime(t: TorchLayout, out: Path, werror: bool = False) -> None:
     """Builds the whole capture runtime for torch `t` into the empty folder `out`, with
     ``-Wall -Wextra`` (and ``-Werror`` if asked)."""
-    crt = _check_layout(t)
-    _Builder(t, crt, out, werror).build_all()
+    _Builder(t, _check_layout(t), out, werror).build_all()
 
 
 def ensure_runtime(python: str | None = None, quiet: bool = False) -> Path:
@@ -316,25 +390,31 @@ def ensure_runtime(python: str | None = None, quiet: bool = False) -> Path:
         build_runtime(t, tmp)
 
     return cached(
-        cache_root().name, key, lambda d: all((d / lib).exists() for lib in LIBRARIES), make
+        cache_root().name,
+        key,
+        lambda d: all((d / lib).exists() for lib in runtime_libraries(d)),
+        make,
     )
 
 
 class _Builder:
-    def __init__(self, t: TorchLayout, crt: Path, out: Path, werror: bool = False):
-        self.t, self.out = t, out
+    def __init__(self, t: TorchLayout, cuda: CudaBuild, out: Path, werror: bool = False):
+        self.t, self.out, self.major = t, out, cuda.major
+        self.libs = libraries(cuda.major)
+        crt = cuda.crt
         self.warn = [*WARNINGS, *(["-Werror"] if werror else [])]
         self.cxx, self.cc = _tool("g++", "CXX"), _tool("gcc", "CC")
         self.nm = _tool("nm")
         shim = out / "crt_shim"
         shim.mkdir()
         (shim / "crt").symlink_to(crt / "crt")
+        # runtime/ first: its cuda_fp16.h, cuda_bf16.h and cuda_fp8.h stand in for NVIDIA's
+        # (whose inline code needs CCCL's nv/target, which CUDA 12 wheels leave out).
         self.inc = [
-            f"-I{t.cuda_include}",
-            f"-I{t.cudnn_include}",
+            f"-I{RUNTIME_SRC}",
+            *(f"-I{d}" for d in t.include_dirs),
             "-idirafter",
             str(shim),
-            f"-I{RUNTIME_SRC}",
         ]
         self.cxxflags = ["-O2", "-fPIC", "-std=c++17", *self.warn]
 
@@ -438,15 +518,15 @@ class _Builder:
 
     def build_all(self) -> None:
         o, s, t = self.out, RUNTIME_SRC, self.t
-        # 1. libcudart.so.13, with the driver API c10 reaches via cudaGetDriverEntryPointByVersion.
+        cudart = self.libs[0]
+        # 1. libcudart.so.N, with the driver API c10 reaches via cudaGetDriverEntryPointByVersion.
         cudart_objs = []
         for part in LIBRARY_PARTS["cudart"]:
             self.compile(s / f"{part}.cpp", o / f"{part}.o")
             cudart_objs.append(o / f"{part}.o")
         want = {
             n
-            for n in self.torch_imports("libcudart.so.13")
-            | self.real_exports(t.cuda_lib / "libcudart.so.13")
+            for n in self.torch_imports(cudart) | self.real_exports(t.library(cudart))
             if re.match(r"(cuda|__cuda)", n)
         }
         missing = sorted(want - set().union(*map(self.defined, cudart_objs)))
@@ -458,10 +538,12 @@ class _Builder:
             )
         )
         self.compile(stub_src, o / "cudart_stubs.o", cxx=False)
+        # exported under the version node torch's imports name (cudaMalloc@libcudart.so.N)
+        vs = self.version_script(cudart, "cuda*;\n    __cuda*;\n    fakecuda_*")
         self.link(
-            "libcudart.so.13",
+            cudart,
             [*cudart_objs, o / "cudart_stubs.o"],
-            [f"-Wl,--version-script={s / 'libcudart.map'}", "-Wl,-z,defs"],
+            [f"-Wl,--version-script={vs}", "-Wl,-z,defs"],
         )
         # 2. libnvidia-ml.so.1: c10 dlopens it, expandable segments need it.
         run(
@@ -519,29 +601,19 @@ class _Builder:
                 str(o / "libcuda.so.1"),
                 str(o / "fake_libcuda.c"),
                 "-Wl,-soname,libcuda.so.1",
-                str(o / "libcudart.so.13"),
+                str(o / cudart),
                 "-Wl,-rpath,$ORIGIN",
             ],
             "building libcuda.so.1",
         )
         # 4-6. cuBLASLt, cuBLAS, cuDNN: hand-written fakes plus generated stubs.
-        for tag, soname, real, regex, ret in (
-            ("cublasLt", "libcublasLt.so.13", t.cuda_lib / "libcublasLt.so.13", r"^cublasLt", 0),
-            (
-                "cublas",
-                "libcublas.so.13",
-                t.cuda_lib / "libcublas.so.13",
-                r"^cublas[^L]|^cublasL[^t]",
-                0,
-            ),
-            (
-                "cudnn",
-                "libcudnn.so.9",
-                t.cudnn_lib / "libcudnn.so.9",
-                r"^cudnn",
-                3000,
-            ),  # NOT_SUPPORTED
+        cublas_lt, cublas = f"libcublasLt.so.{self.major}", f"libcublas.so.{self.major}"
+        for tag, soname, regex, ret in (
+            ("cublasLt", cublas_lt, r"^cublasLt", 0),
+            ("cublas", cublas, r"^cublas[^L]|^cublasL[^t]", 0),
+            ("cudnn", "libcudnn.so.9", r"^cudnn", 3000),  # NOT_SUPPORTED
         ):
+            real = t.library(soname)
             objs = []
             for part in LIBRARY_PARTS.get(tag, [f"fake_{tag}"]):
                 self.compile(s / f"{part}.cpp", o / f"{part}.o")
@@ -559,7 +631,7 @@ class _Builder:
         stub_obj = self.stubs(
             "nccl",
             "libnccl.so.2",
-            t.nccl_lib / "libnccl.so.2",
+            t.library("libnccl.so.2"),
             r"^nccl",
             [o / "fake_nccl.o"],
             5,  # ncclInvalidUsage
@@ -573,7 +645,7 @@ class _Builder:
             [
                 f"-Wl,--version-script={vs}",
                 "-Wl,-Bsymbolic",
-                str(o / "libcudart.so.13"),
+                str(o / cudart),
                 "-Wl,-rpath,$ORIGIN",
                 "-Wl,-z,defs",
             ],

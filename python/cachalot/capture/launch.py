@@ -116,7 +116,7 @@ def interpreter(command: list[str]) -> str:
 
 def runtime_env(runtime: Path, gpu: gpus.Gpu, devices: int = 1) -> dict[str, str]:
     """Environment variables that put a process on the capture runtime as `devices` GPUs like `gpu`."""
-    preload = ":".join(str(runtime / lib) for lib in build.LIBRARIES)
+    preload = ":".join(str(runtime / lib) for lib in build.runtime_libraries(runtime))
     old = os.environ.get("LD_PRELOAD")
     env = {
         "LD_PRELOAD": preload + (":" + old if old else ""),

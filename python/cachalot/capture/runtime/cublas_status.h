@@ -2,7 +2,17 @@
 // libcublas (cublasGetStatusName) and libcublasLt (cublasLtGetStatusName).
 // Header-only, with internal linkage: each library gets its own copy.
 #pragma once
+// CUDA 12's cublas_api.h wants its includer (cublas_v2.h, cublasLt.h) to say how functions are
+// declared; a host compiler's answer is "plainly". CUDA 13's header says so itself.
+#ifndef CUBLASAPI
+#define CUBLASAPI
+#endif
 #include <cublas_api.h>
+#include <cuda_runtime_api.h>  // CUDART_VERSION (getCudartVersion)
+
+// The emulation strategies and descriptors of cuBLAS 13 (which its libraries define by hand;
+// on older cuBLAS they fall to the generated stubs).
+#define FK_CUBLAS_EMULATION (CUBLAS_VER_MAJOR >= 13)
 
 namespace {
 

@@ -86,8 +86,13 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
   return cudaSuccess;
 }
 
+#if CUDART_VERSION >= 13000
 cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t*,
                                                 const cudaGraphEdgeData*, size_t, unsigned int) {
+#else  // CUDA 12: no edge data (that is cudaStreamUpdateCaptureDependencies_v2)
+cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t*, size_t,
+                                                unsigned int) {
+#endif
   std::lock_guard<std::mutex> g(g_mu);
   return g_capturing.count(stream) ? cudaSuccess : set_err(cudaErrorIllegalState);
 }

@@ -249,8 +249,10 @@ const char* type_name(cudnnBackendDescriptorType_t t) {
     case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR: return "OP_REDUCTION";
     case CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR: return "KERNEL_CACHE";
     case CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR: return "DEVICEPROP";
+#if CUDNN_VERSION >= 91300  // the SDPA operation descriptors came with cuDNN 9.13
     case CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR: return "OP_SDPA_FWD";
     case CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR: return "OP_SDPA_BWD";
+#endif
     default: return "OTHER";
   }
 }

@@ -37,7 +37,9 @@ struct Handle {
   cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
   cublasMath_t math_mode = CUBLAS_DEFAULT_MATH;
   cublasAtomicsMode_t atomics = CUBLAS_ATOMICS_NOT_ALLOWED;
+#if FK_CUBLAS_EMULATION
   cublasEmulationStrategy_t emulation = CUBLAS_EMULATION_STRATEGY_DEFAULT;
+#endif
   int sm_count_target = 0;
 };
 
@@ -139,8 +141,10 @@ FK_HANDLE_PROPERTY(cublasGetPointerMode_v2, cublasSetPointerMode_v2, cublasPoint
 FK_HANDLE_PROPERTY(cublasGetAtomicsMode, cublasSetAtomicsMode, cublasAtomicsMode_t, atomics)
 FK_HANDLE_PROPERTY(cublasGetMathMode, cublasSetMathMode, cublasMath_t, math_mode)
 FK_HANDLE_PROPERTY(cublasGetSmCountTarget, cublasSetSmCountTarget, int, sm_count_target)
+#if FK_CUBLAS_EMULATION
 FK_HANDLE_PROPERTY(cublasGetEmulationStrategy, cublasSetEmulationStrategy,
                    cublasEmulationStrategy_t, emulation)
+#endif
 #undef FK_HANDLE_PROPERTY
 
 const char* cublasGetStatusName(cublasStatus_t s) {

@@ -220,8 +220,10 @@ FK_DESC_FUNCS(cublasLtMatmulPreference, cublasLtMatmulPreferenceOpaque_t,
               cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t)
 FK_DESC_FUNCS(cublasLtMatrixTransformDesc, cublasLtMatrixTransformDescOpaque_t,
               cublasLtMatrixTransformDesc_t, cublasLtMatrixTransformDescAttributes_t)
+#if FK_CUBLAS_EMULATION
 FK_DESC_FUNCS(cublasLtEmulationDesc, cublasLtEmulationDescOpaque_t, cublasLtEmulationDesc_t,
               cublasLtEmulationDescAttributes_t)
+#endif
 #undef FK_DESC_FUNCS
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t computeType,
@@ -324,6 +326,7 @@ cublasStatus_t cublasLtMatrixTransformDescInit_internal(cublasLtMatrixTransformD
   set_attr(d, CUBLASLT_MATRIX_TRANSFORM_DESC_SCALE_TYPE, &st, sizeof st);
   return CUBLAS_STATUS_SUCCESS;
 }
+#if FK_CUBLAS_EMULATION
 cublasStatus_t cublasLtEmulationDescCreate(cublasLtEmulationDesc_t* d) {
   FK_TRACE();
   if (!d) return CUBLAS_STATUS_INVALID_VALUE;
@@ -337,6 +340,7 @@ cublasStatus_t cublasLtEmulationDescInit_internal(cublasLtEmulationDesc_t d, siz
   forget(d);
   return CUBLAS_STATUS_SUCCESS;
 }
+#endif
 
 // ---- algorithm selection --------------------------------------------------------------
 static void fill_algo(cublasLtMatmulAlgo_t* algo, int id) {

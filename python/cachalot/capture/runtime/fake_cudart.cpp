@@ -268,8 +268,10 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
   prop->maxBlocksPerMultiProcessor = 32;
   prop->reservedSharedMemPerBlock = 1024;
   prop->memoryPoolsSupported = 1;
+#if CUDART_VERSION >= 13000  // the NUMA fields came with CUDA 13
   prop->hostNumaId = -1;
   prop->deviceNumaId = -1;
+#endif
   return cudaSuccess;
 }
 
@@ -526,11 +528,10 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
   *pCaptureStatus = capture_status(stream, nullptr, nullptr);
   return cudaSuccess;
 }
-cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus* captureStatus_out,
-                                     unsigned long long* id_out, cudaGraph_t* graph_out,
-                                     const cudaGraphNode_t** dependencies_out,
-                                     const cudaGraphEdgeData** edgeData_out,
-                                     size_t* numDependencies_out) {
+static cudaError_t capture_info(cudaStream_t stream, enum cudaStreamCaptureStatus* captureStatus_out,
+                                unsigned long long* id_out, cudaGraph_t* graph_out,
+                                const cudaGraphNode_t** dependencies_out,
+                                const cudaGraphEdgeData** edgeData_out, size_t* numDependencies_out) {
   cudaStreamCaptureStatus st = capture_status(stream, id_out, graph_out);
   if (captureStatus_out) *captureStatus_out = st;
   if (dependencies_out) *dependencies_out = nullptr;
@@ -538,6 +539,35 @@ cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCapture
   if (numDependencies_out) *numDependencies_out = 0;
   return cudaSuccess;
 }
+#if CUDART_VERSION >= 13000
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus* captureStatus_out,
+                                     unsigned long long* id_out, cudaGraph_t* graph_out,
+                                     const cudaGraphNode_t** dependencies_out,
+                                     const cudaGraphEdgeData** edgeData_out,
+                                     size_t* numDependencies_out) {
+  return capture_info(stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,
+                      numDependencies_out);
+}
+#else
+// CUDA 12: the header maps the name to cudaStreamGetCaptureInfo_v2 (what torch imports), which
+// has no edge data; _v3 is the form with it.
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus* captureStatus_out,
+                                     unsigned long long* id_out, cudaGraph_t* graph_out,
+                                     const cudaGraphNode_t** dependencies_out,
+                                     size_t* numDependencies_out) {
+  return capture_info(stream, captureStatus_out, id_out, graph_out, dependencies_out, nullptr,
+                      numDependencies_out);
+}
+cudaError_t cudaStreamGetCaptureInfo_v3(cudaStream_t stream,
+                                        enum cudaStreamCaptureStatus* captureStatus_out,
+                                        unsigned long long* id_out, cudaGraph_t* graph_out,
+                                        const cudaGraphNode_t** dependencies_out,
+                                        const cudaGraphEdgeData** edgeData_out,
+                                        size_t* numDependencies_out) {
+  return capture_info(stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,
+                      numDependencies_out);
+}
+#endif
 cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode* mode) {
   if (!mode) return set_err(cudaErrorInvalidValue);
   cudaStreamCaptureMode old = t_capture_mode;
@@ -545,8 +575,12 @@ cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode* mode
   *mode = old;
   return cudaSuccess;
 }
+#if CUDART_VERSION >= 13000
 cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t, cudaGraphNode_t*, cudaGraphEdgeData*,
                                          size_t* pNumDependencies) {
+#else  // CUDA 12: no edge data (that is cudaGraphNodeGetDependencies_v2)
+cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t, cudaGraphNode_t*, size_t* pNumDependencies) {
+#endif
   if (pNumDependencies) *pNumDependencies = 0;
   return cudaSuccess;
 }

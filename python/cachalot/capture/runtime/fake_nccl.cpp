@@ -37,6 +37,12 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+// Revoke, timeouts, memory statistics, windows with a base and signal waits are NCCL 2.29's
+// (torch 2.13 and 2.15); against older headers (torch 2.9: NCCL 2.27) they are generated stubs.
+// ncclTimeout is 2.30's (torch 2.15).
+#define FK_NCCL_2_29 (NCCL_VERSION_CODE >= NCCL_VERSION(2, 29, 0))
+#define FK_NCCL_2_30 (NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0))
+
 extern "C" void fakecuda_shadow_copy(void* dst, const void* src, size_t n);
 extern "C" int fakecuda_shadow_read(const void* src, size_t n, void* out);
 extern "C" void fakecuda_shadow_write(void* dst, const void* data, size_t n);
@@ -240,11 +246,13 @@ API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 }
 API ncclResult_t ncclCommDestroy(ncclComm_t comm) { return end(comm, "destroy"); }
 API ncclResult_t ncclCommAbort(ncclComm_t comm) { return end(comm, "abort"); }
+#if FK_NCCL_2_29
 API ncclResult_t ncclCommRevoke(ncclComm_t comm, int flags) {
   if (!live(comm)) return fail(ncclInvalidArgument, "invalid communicator");
   if (flags != NCCL_REVOKE_DEFAULT) return fail(ncclInvalidArgument, "revokeFlags must be 0");
   return ncclSuccess;
 }
+#endif
 API ncclResult_t ncclCommSuspend(ncclComm_t comm, int) {
   return live(comm) ? ncclSuccess : fail(ncclInvalidArgument, "invalid communicator");
 }
@@ -262,7 +270,9 @@ API const char* ncclGetErrorString(ncclResult_t r) {
     case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
     case ncclRemoteError: return "remote process exited or there was a network error";
     case ncclInProgress: return "NCCL operation in progress";
+#if FK_NCCL_2_30
     case ncclTimeout: return "NCCL operation timed out";
+#endif
     default: return "unknown result code";
   }
 }
@@ -289,6 +299,7 @@ API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
   return ncclSuccess;
 }
 
+#if FK_NCCL_2_29
 // NCCL's own device memory is not allocated here (see the top): every statistic is 0.
 API ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
   if (!value || !live(comm)) return fail(ncclInvalidArgument, "invalid communicator");
@@ -297,6 +308,7 @@ API ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint6
   *value = 0;
   return ncclSuccess;
 }
+#endif
 
 API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
   if (!ptr) return fail(ncclInvalidArgument, "ptr is NULL");
@@ -321,6 +333,7 @@ API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t, voi
 API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void*) {
   return live(comm) ? ncclSuccess : fail(ncclInvalidArgument, "invalid communicator");
 }
+#if FK_NCCL_2_29
 struct ncclWindow_vidmem {
   void* base;
 };
@@ -340,6 +353,7 @@ API ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** out
   *out = win->base;
   return ncclSuccess;
 }
+#endif
 
 API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op_out, void*, ncclDataType_t type,
                                           ncclScalarResidence_t, ncclComm_t comm) {
@@ -494,11 +508,13 @@ API ncclResult_t ncclPutSignal(const void*, size_t, ncclDataType_t type, int pee
 API ncclResult_t ncclSignal(int peer, int, int, unsigned int, ncclComm_t comm, cudaStream_t) {
   return op(comm, ncclInt8, peer);
 }
+#if FK_NCCL_2_29
 API ncclResult_t ncclWaitSignal(int n, ncclWaitSignalDesc_t* descs, ncclComm_t comm,
                                 cudaStream_t) {
   if (n < 0 || (n && !descs)) return fail(ncclInvalidArgument, "bad signal descriptors");
   return op(comm, ncclInt8, -1);
 }
+#endif
 
 API ncclResult_t ncclGroupStart() {
   t_group_depth++;
