@@ -5,8 +5,10 @@ fills is complete or absent."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +90,41 @@ def test_the_graph_pool_hooks_build_with_warnings_as_errors(tmp_path):
     nm = ["nm", "-D", str(tmp_path / "hooks.so")]
     syms = subprocess.run(nm, check=True, capture_output=True, text=True)
     assert "cachalot_graph_pools_bind" in syms.stdout
+
+
+def test_rocm_and_releases_before_2_4_are_refused_in_one_line(tmp_path):
+    """The refusals name the build and the supported range (the version table's, in Rust)."""
+    (tmp_path / "torch" / "lib").mkdir(parents=True)
+    for version, says in (
+        ("2.3.1+cu121", "outside the releases cachalot knows; give a release from 2.4 to 2.15"),
+        ("2.5.1+rocm6.2", "is a ROCm build; cachalot capture simulates NVIDIA's CUDA"),
+    ):
+        with pytest.raises(build.BuildError) as e:
+            build.cuda_major(build.TorchLayout(tmp_path, version))
+        msg = str(e.value)
+        assert version in msg and says in msg and build.SUPPORTED in msg and "\n" not in msg
+
+
+def test_a_missing_nvidia_header_names_the_package_to_install(tmp_path):
+    """A CUDA 12 torch whose cuDNN wheel is gone: the error names nvidia-cudnn-cu12."""
+    py29 = os.environ.get(
+        "CACHALOT_TORCH29_PYTHON", str(Path.home() / ".cache/cachalot-torch29/bin/python")
+    )
+    if not Path(py29).exists():
+        pytest.skip(f"no torch 2.9 environment at {py29} (scripts/python_env.sh --torch)")
+    site = build.find_torch(py29).site_packages
+    real = site / "torch" / "lib" / "libtorch_cuda.so"
+    if not real.exists():
+        pytest.skip(f"no torch 2.9 CUDA 12 build at {site} (scripts/python_env.sh --torch)")
+    (tmp_path / "torch" / "lib").mkdir(parents=True)
+    (tmp_path / "torch" / "lib" / "libtorch_cuda.so").symlink_to(real)
+    for wheel in ("cuda_runtime", "cublas", "nccl"):  # everything but cudnn
+        (tmp_path / "nvidia" / wheel).mkdir(parents=True)
+        (tmp_path / "nvidia" / wheel / "include").symlink_to(site / "nvidia" / wheel / "include")
+    t = build.TorchLayout(tmp_path, "2.9.1+cu128")
+    assert build.cuda_major(t) == 12
+    with pytest.raises(
+        build.BuildError, match=r"cudnn\.h is in none of .*install nvidia-cudnn-cu12"
+    ):
+        build.build_runtime(t, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
