@@ -5,8 +5,10 @@
 #   with --torch: torch 2.15.0 (+ transformers, torchvision) in it, the fake GPU stack of
 #   ../shared/fakegpu built into $FAKEGPU_BUILD (default ~/.cache/cachalot-fakegpu), and torch
 #   2.9.1 (PyPI's CUDA 12.8 wheel) in a second venv ($CACHALOT_TORCH29_VENV, default
-#   ~/.cache/cachalot-torch29), whose own parser judges `tune --torch 2.9`; accelerate and
-#   DeepSpeed, the launchers the multi-GPU capture tests run.
+#   ~/.cache/cachalot-torch29), whose own parser judges `tune --torch 2.9`, and torch 2.13.0
+#   (CUDA 13.0) in a third ($CACHALOT_TORCH213_VENV, default ~/.cache/cachalot-torch213): capture,
+#   use() and record run on each (tests/python/test_versions_*.py); accelerate and DeepSpeed,
+#   the launchers the multi-GPU capture tests run.
 # Where torch cannot be installed it says why and goes on: those tests then skip, saying so.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,12 +53,18 @@ if [[ "${1:-}" == "--torch" ]] && "$PY" -c 'import torch' 2>/dev/null; then
       || echo "python_env: SKIP $pkg: could not install it; its capture tests will skip"
   done
 fi
-if [[ "${1:-}" == "--torch" ]]; then
-  V29="${CACHALOT_TORCH29_VENV:-$HOME/.cache/cachalot-torch29}"
-  if ! "$V29/bin/python" -c 'import torch, sys; sys.exit(not torch.__version__.startswith("2.9.1"))' 2>/dev/null; then
-    echo "python_env: installing torch 2.9.1 into $V29 (once)"
-    { [[ -x "$V29/bin/python" ]] || python3 -m venv "$V29"; } && "$V29/bin/python" -m pip install -q torch==2.9.1 \
-      || echo "python_env: SKIP torch 2.9.1: could not install it; its version tests will skip"
+# The older releases capture and the version tests run on (tests/python/test_versions_*.py,
+# test_torch_versions.py), each in its own venv: VERSION VENV-VARIABLE DEFAULT-FOLDER.
+older_torch() {
+  local version="$1" venv="$2"
+  if ! "$venv/bin/python" -c "import torch, sys; sys.exit(not torch.__version__.startswith('$version'))" 2>/dev/null; then
+    echo "python_env: installing torch $version into $venv (once)"
+    { [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"; } && "$venv/bin/python" -m pip install -q "torch==$version" \
+      || echo "python_env: SKIP torch $version: could not install it into $venv; its version tests will skip"
   fi
+}
+if [[ "${1:-}" == "--torch" ]]; then
+  older_torch 2.9.1 "${CACHALOT_TORCH29_VENV:-$HOME/.cache/cachalot-torch29}"   # CUDA 12.8 wheels
+  older_torch 2.13.0 "${CACHALOT_TORCH213_VENV:-$HOME/.cache/cachalot-torch213}" # CUDA 13.0 wheels
 fi
 echo "$PY"
