@@ -297,9 +297,11 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 static std::mutex g_pinned_mu;
 static std::map<uintptr_t, size_t> g_pinned;  // start -> size
 
-static void pin(const void* p, size_t size) {
+// By address: GCC 12 takes a const void* to fresh malloc memory for a read of it
+// (-Wmaybe-uninitialized).
+static void pin(uintptr_t start, size_t size) {
   std::lock_guard<std::mutex> g(g_pinned_mu);
-  g_pinned[reinterpret_cast<uintptr_t>(p)] = size;
+  g_pinned[start] = size;
 }
 static void unpin(const void* p) {
   std::lock_guard<std::mutex> g(g_pinned_mu);
@@ -317,7 +319,7 @@ static bool is_pinned(const void* p) {
 cudaError_t cudaMallocHost(void** ptr, size_t size) {
   if (!ptr) return set_err(cudaErrorInvalidValue);
   *ptr = size ? malloc(size) : nullptr;
-  if (*ptr) pin(*ptr, size);
+  if (*ptr) pin(reinterpret_cast<uintptr_t>(*ptr), size);
   return (*ptr || !size) ? cudaSuccess : set_err(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int) {
@@ -329,7 +331,7 @@ cudaError_t cudaFreeHost(void* ptr) {
   return cudaSuccess;
 }
 cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int) {
-  if (ptr) pin(ptr, size);
+  if (ptr) pin(reinterpret_cast<uintptr_t>(ptr), size);
   return cudaSuccess;
 }
 cudaError_t cudaHostUnregister(void* ptr) {
