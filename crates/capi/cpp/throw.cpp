@@ -46,6 +46,9 @@ constexpr const char* kErrorType = "_ZTIN3c105ErrorE";
 constexpr const char* kErrorCtor =
     "_ZN3c105ErrorC1ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE";
 constexpr const char* kOomType = "_ZTIN3c1016OutOfMemoryErrorE";
+// torch <= 2.9: OutOfMemoryError inherits Error's constructors inline (no constructor of its
+// own is exported); its type information and vtable are weak symbols of libc10_cuda.so.
+constexpr const char* kOomVtable = "_ZTVN3c1016OutOfMemoryErrorE";
 constexpr const char* kOomCtor =
     "_ZN3c1016OutOfMemoryErrorC1ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_"
     "traitsIcESaIcEEE";
@@ -55,11 +58,14 @@ constexpr const char* kOomCtor =
 // load torch, only find it.
 void* c10_symbol(const char* name) {
   if (void* s = dlsym(RTLD_DEFAULT, name)) return s;
-  void* lib = dlopen("libc10.so", RTLD_LAZY | RTLD_NOLOAD);
-  if (lib == nullptr) return nullptr;
-  void* s = dlsym(lib, name);
-  dlclose(lib);  // NOLOAD took a reference to a library that stays loaded
-  return s;
+  for (const char* so : {"libc10.so", "libc10_cuda.so"}) {
+    void* lib = dlopen(so, RTLD_LAZY | RTLD_NOLOAD);
+    if (lib == nullptr) continue;
+    void* s = dlsym(lib, name);
+    dlclose(lib);  // NOLOAD took a reference to a library that stays loaded
+    if (s != nullptr) return s;
+  }
+  return nullptr;
 }
 
 // Whether `path` names one of torch's libraries (libtorch*.so*, libc10*.so*), whose frames
@@ -108,7 +114,10 @@ void destroy(void* object) {
   static_cast<std::exception*>(object)->~exception();
 }
 
-[[noreturn]] void throw_c10(void* type, void* ctor, const char* msg) {
+// `vtable` (or null): the vtable symbol of a class derived from c10::Error that adds no
+// members, whose object is made by Error's constructor `ctor` and then given that class's
+// virtual table (its address point is two pointers in: offset-to-top, type information).
+[[noreturn]] void throw_c10(void* type, void* ctor, const char* msg, void* vtable = nullptr) {
   void* object = abi::__cxa_allocate_exception(kExceptionRoom);
   try {
     reinterpret_cast<Constructor>(ctor)(object, {"cachalot_malloc", __FILE__, __LINE__},
@@ -117,6 +126,7 @@ void destroy(void* object) {
     abi::__cxa_free_exception(object);
     throw;
   }
+  if (vtable != nullptr) *static_cast<void**>(object) = static_cast<void**>(vtable) + 2;
   abi::__cxa_throw(object, static_cast<std::type_info*>(type), destroy);
 }
 
@@ -142,6 +152,11 @@ bool cachalot_host_can_throw() noexcept {
   void* type = c10_symbol(out_of_memory ? kOomType : kErrorType);
   void* ctor = c10_symbol(out_of_memory ? kOomCtor : kErrorCtor);
   if (type != nullptr && ctor != nullptr) throw_c10(type, ctor, msg);
+  if (out_of_memory && type != nullptr) {  // torch <= 2.9 (kOomVtable)
+    void* vtable = c10_symbol(kOomVtable);
+    void* base = c10_symbol(kErrorCtor);
+    if (vtable != nullptr && base != nullptr) throw_c10(type, base, msg, vtable);
+  }
   throw std::runtime_error(msg);
 }
 
