@@ -320,12 +320,33 @@ def _index(device: Any = None) -> int:
     return index
 
 
+_ABSENT: list[frozenset[str]] = []  # the stats keys this torch lacks, once known
+
+
+def _absent_stats() -> frozenset[str]:
+    """The statistics of torch 2.15 that the running torch's `memory_stats()` has not (the
+    version table's, in Rust): each the first part of keys; none for a release the table does
+    not know."""
+    if not _ABSENT:
+        try:
+            absent = _native.torch_stats_absent(str(_torch.__version__))
+        except ArgumentError:
+            absent = []
+        _ABSENT.append(frozenset(absent))
+    return _ABSENT[0]
+
+
 def memory_stats(device: Any = None) -> dict[str, Any]:
-    """`torch.cuda.memory_stats(device)`: the flat keys, sorted, as an OrderedDict."""
+    """`torch.cuda.memory_stats(device)`: the flat keys, sorted, as an OrderedDict; the keys
+    of the torch that runs (2.9 has no ``num_oom_rejections``, 2.12 no
+    ``reserved_bytes_by_private_pools.*``)."""
     raw = _lib.cachalot_memory_stats_json(_index(device))
     if raw is None:
         raise AllocatorError(_error())
-    return collections.OrderedDict(sorted(json.loads(raw).items()))
+    absent = _absent_stats()
+    return collections.OrderedDict(
+        sorted(i for i in json.loads(raw).items() if i[0].split(".", 1)[0] not in absent)
+    )
 
 
 def memory_allocated(device: Any = None) -> int:

@@ -329,6 +329,16 @@ pub fn torch_release(version: &str) -> PyResult<String> {
         .map_err(|e| ArgumentError::new_err(e.to_string()))
 }
 
+/// The keys of torch 2.15's `memory_stats()` that the release `version` names does not have
+/// (`cachalot.torch.memory_stats()` leaves them out for it).
+#[pyfunction]
+pub fn torch_stats_absent(version: &str) -> PyResult<Vec<String>> {
+    version
+        .parse::<cachalot_core::config::TorchVersion>()
+        .map(|v| v.stats_absent().into_iter().map(String::from).collect())
+        .map_err(|e| ArgumentError::new_err(e.to_string()))
+}
+
 /// The CLI's `--capacity`/`--headroom` reader: [`parse_size`], but a plain number below
 /// 1 MiB needs a unit.
 #[pyfunction]

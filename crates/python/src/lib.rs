@@ -75,6 +75,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(output::check_output, m)?)?;
     m.add_function(wrap_pyfunction!(api::parse_capacity, m)?)?;
     m.add_function(wrap_pyfunction!(api::torch_release, m)?)?;
+    m.add_function(wrap_pyfunction!(api::torch_stats_absent, m)?)?;
     m.add_function(wrap_pyfunction!(gpus::gpus, m)?)?;
     m.add_function(wrap_pyfunction!(gpus::gpu_key, m)?)?;
     m.add_function(wrap_pyfunction!(gpus::smallest_gpu, m)?)?;

@@ -230,6 +230,26 @@ const KEY_SINCE: &[(&str, TorchVersion)] = &[
     ("pinned_max_round_threshold_mb", v(2, 13)),
 ];
 
+/// The `torch.cuda.memory_stats()` statistics that came after 2.4, with the first release that
+/// has each (the `DeviceStats` fields of each release's `c10/core/CachingDeviceAllocator.h`).
+/// A name covers its key and the keys under it (`reserved_bytes_by_private_pools.1_0.all.peak`).
+const STAT_SINCE: &[(&str, TorchVersion)] = &[
+    ("num_oom_rejections", v(2, 12)),
+    ("reserved_bytes_by_private_pools", v(2, 13)),
+];
+
+impl TorchVersion {
+    /// The statistics of torch 2.15's `memory_stats()` that this release's does not have: each
+    /// name is a key, or the first part of keys (`name.…`).
+    pub fn stats_absent(self) -> Vec<&'static str> {
+        STAT_SINCE
+            .iter()
+            .filter(|&&(_, since)| self < since)
+            .map(|&(key, _)| key)
+            .collect()
+    }
+}
+
 fn key_since(key: &str) -> Option<TorchVersion> {
     KEY_SINCE.iter().find(|(k, _)| *k == key).map(|&(_, s)| s)
 }
