@@ -1,6 +1,10 @@
 """A small training job for the torch-version tests (tests/python/test_versions_*.py): a
 two-block transformer language model with AdamW under bf16 autocast, three steps, then an
-evaluation pass under no_grad. Only torch, so it runs on every release from 2.4 on."""
+evaluation pass under no_grad. Only torch, so it runs on every release from 2.4 on. With
+VERSIONS_TRAIN_STATS=FILE it writes torch's `memory_stats()` at the end to FILE (JSON)."""
+
+import json
+import os
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +56,9 @@ def main():
     with torch.no_grad():
         model(torch.randint(0, 8192, (16, 256), device="cuda"))
     torch.cuda.synchronize()
+    if os.environ.get("VERSIONS_TRAIN_STATS"):
+        with open(os.environ["VERSIONS_TRAIN_STATS"], "w") as f:
+            json.dump({"torch": torch.__version__, "stats": torch.cuda.memory_stats()}, f)
 
 
 if __name__ == "__main__":
