@@ -24,6 +24,8 @@ import pytest
 from cachalot.capture import build
 from conftest import PACKAGE_ROOT, package_env
 
+# real PyTorch on the capture runtime (conftest marks by TORCH_PYTHON, which these do not use)
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent
 RELEASES = {
     "2.9": os.environ.get(
