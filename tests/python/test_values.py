@@ -223,3 +223,58 @@ def test_the_balanced_assumption_gives_every_expert_its_share(moe):
 def test_the_worst_case_sends_every_token_to_the_top_k_experts(moe):
     sizes = expert_batches(moe["dir"] / "worst.pickle")
     assert sizes == [_round(MOE["tokens"] * MOE["hidden"] * 4)] * (2 * MOE["top_k"]), sizes
+
+
+def test_reads_of_known_values_equal_torch_on_the_cpu(tmp_path):
+    """Masks, cumsum, nonzero, where, boolean indexing, histograms, a stop flag, a copy to
+    the host, a scalar index: what capture answers on "cuda" is what torch computes on the CPU."""
+    _torch_python()
+    script = HERE / "values_reads_workload.py"
+    cpu = subprocess.run(
+        [TORCH_PY, str(script)],
+        env=dict(os.environ, DEVICE="cpu"),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    env = dict(os.environ, PYTHONPATH=str(PY_SRC))
+    cmd = [TORCH_PY, "-m", "cachalot", "capture", "-o", str(tmp_path / "r.pickle"), "--"]
+    p = subprocess.run(
+        [*cmd, TORCH_PY, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    want = json.loads(cpu.split("VALUES ", 1)[1])
+    got = json.loads((p.stdout + p.stderr).split("VALUES ", 1)[1].splitlines()[0])
+    assert got == want
+    assert "device data read" not in p.stdout + p.stderr
+
+
+GROUPED = """
+import torch, transformers as tf
+cfg = tf.MixtralConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2,
+    vocab_size=1024)
+model = tf.AutoModelForCausalLM.from_config(cfg).to("cuda")  # grouped_mm experts
+assert model.config._experts_implementation == "grouped_mm"
+ids = torch.randint(0, 1024, (4, 128)).to("cuda")
+model(input_ids=ids, labels=ids).loss.backward()
+"""
+
+
+def test_a_routing_no_read_depends_on_runs_once_and_says_so(tmp_path):
+    """Grouped GEMM experts: the expert offsets stay on the device, so the routing steers no
+    host read through a computed value; the run is not repeated, and the reads of values that
+    depend on the routing but cannot be computed (grouped_mm's offsets) are named."""
+    _torch_python()
+    script = tmp_path / "grouped.py"
+    script.write_text(GROUPED)
+    r = capture(script, tmp_path / "g.pickle")
+    routing = r["routing"]
+    assert routing["assumption"] == "balanced" and not routing["steers_memory"], routing
+    assert "worst" not in routing and routing["reads"] == 0, routing
+    assert routing["dependent_unknown_reads"] > 0, routing
+    assert any("depends on the assumed routing" in w for w in r["warnings"]), r["warnings"]

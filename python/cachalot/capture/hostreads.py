@@ -285,6 +285,9 @@ class HostReads:
 
         dist._verify_params_across_processes = verify
 
+    def unanswered_total(self) -> int:
+        return sum(self.unanswered.values())
+
     def values_summary(self) -> dict | None:
         """What `values` computed and assumed (None when values are not tracked)."""
         return self.values.summary() if self.values is not None else None

@@ -38,7 +38,6 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-import threading
 from collections import Counter
 
 from ._loaded import runtime_cudart
@@ -74,7 +73,31 @@ _NOT_FIXED = (
     "share_memory",
 )
 
-_PARAMS = threading.local()
+# torch.distributed's functions that write into tensors they are given
+_COLLECTIVES = (
+    "broadcast",
+    "all_reduce",
+    "reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "_all_gather_base",
+    "all_gather_coalesced",
+    "all_reduce_coalesced",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "_reduce_scatter_base",
+    "all_to_all",
+    "all_to_all_single",
+    "scatter",
+    "gather",
+    "recv",
+    "irecv",
+    "send",
+    "isend",
+    "batch_isend_irecv",
+    "broadcast_object_list",
+    "scatter_object_list",
+)
 
 
 def _is_cuda_tensor(torch, x) -> bool:
@@ -194,6 +217,8 @@ class Values:
         self.assumed: Counter = Counter()  # read sites answered from assumed values
         self.assumptions: Counter = Counter()  # sites whose unknown value was assumed
         self.shape_misses: Counter = Counter()  # data-dependent shapes the runtime missed
+        self.tainted = WeakIdKeyDictionary()  # unknown tensors that depend on an assumption
+        self.tainted_reads: Counter = Counter()  # read sites of those (they read 0)
         self._answer_next = None
         self._mode = None
 
@@ -213,9 +238,56 @@ class Values:
         from .values_mode import make_mode
 
         self._mode = make_mode(self)
+        self._watch_collectives()
         _skip_in_dynamo(self.torch)
         self._mode.__enter__()
         return True
+
+    def _watch_collectives(self) -> None:
+        """A collective writes its tensors outside the mode's view and without moving their
+        version counters (the simulated NCCL hands the root's known bytes to the runtime): the
+        tensors a collective is given stop being known here, and a read then gets the runtime's
+        bytes."""
+        torch = self.torch
+        try:
+            import torch.distributed as dist
+            import torch.distributed.distributed_c10d as c10d
+        except ImportError:
+            return
+        if not dist.is_available():
+            return
+        values = self
+
+        def forget(x):
+            if isinstance(x, list | tuple):
+                for y in x:
+                    forget(y)
+            elif isinstance(x, torch.Tensor):
+                values.known.pop(x, None)
+            elif hasattr(x, "tensor"):  # a P2POp of batch_isend_irecv
+                forget(getattr(x, "tensor", None))
+
+        def wrap(fn):
+            def collective(*args, **kwargs):
+                if torch.compiler.is_compiling():  # Dynamo sees the collective itself
+                    return fn(*args, **kwargs)
+                forget(args)
+                forget(list(kwargs.values()))
+                return fn(*args, **kwargs)
+
+            collective.__wrapped__ = fn
+            collective._cachalot_values = True
+            collective.__name__ = getattr(fn, "__name__", "collective")
+            return collective
+
+        for name in _COLLECTIVES:
+            fn = getattr(c10d, name, None)
+            if fn is None or getattr(fn, "_cachalot_values", False):
+                continue
+            w = wrap(fn)
+            setattr(c10d, name, w)
+            if getattr(dist, name, None) is fn:
+                setattr(dist, name, w)
 
     # -- known values ---------------------------------------------------------------------
 
@@ -262,8 +334,8 @@ class Values:
         for site, count in self.assumptions.most_common(10):
             out.append(
                 f"assumed the expert routing ({self.routing}: {ROUTING[self.routing]}) for "
-                f"{count} topk calls over unknown scores at {site}; the other bound is in the "
-                "report"
+                f"{count} topk calls over unknown scores at {site}; see the report's expert "
+                "routing lines"
             )
         n = sum(self.assumed.values())
         if n:
@@ -271,6 +343,11 @@ class Values:
             out.append(
                 f"answered {n} host reads at {len(self.assumed)} sites from values computed from "
                 f"the assumed routing ({self.routing}), e.g. {sites}"
+            )
+        for site, count in self.tainted_reads.most_common(10):
+            out.append(
+                f"device data that depends on the assumed routing was read {count}x but could not "
+                f"be computed (the value read was 0): {site}"
             )
         for site, count in self.shape_misses.most_common(10):
             out.append(
@@ -286,5 +363,6 @@ class Values:
             "routing_sites": dict(self.assumptions),
             "computed_reads": sum(self.computed.values()),
             "assumed_reads": dict(self.assumed),
+            "dependent_unknown_reads": dict(self.tainted_reads),
             "shape_misses": dict(self.shape_misses),
         }

@@ -29,7 +29,7 @@ from .values import ROUTING, ROUTING_ENV
 def _summary(job: ranks.Job) -> dict[str, Any] | None:
     """The routing assumptions of the job's processes, or None when none assumed one."""
     sites: dict[str, int] = {}
-    reads = 0
+    reads = unknown = 0
     routing = None
     for meta in job.cuda:
         v = meta.get("values") or {}
@@ -38,9 +38,15 @@ def _summary(job: ranks.Job) -> dict[str, Any] | None:
             for site, n in (v.get("routing_sites") or {}).items():
                 sites[site] = sites.get(site, 0) + n
             reads += sum((v.get("assumed_reads") or {}).values())
+            unknown += sum((v.get("dependent_unknown_reads") or {}).values())
     if routing is None:
         return None
-    return {"assumption": routing, "topk_sites": sites, "reads": reads}
+    return {
+        "assumption": routing,
+        "topk_sites": sites,
+        "reads": reads,
+        "dependent_unknown_reads": unknown,
+    }
 
 
 def _peaks(pred: analysis.Prediction) -> dict[str, Any]:
@@ -118,7 +124,13 @@ def report(b: dict[str, Any]) -> str:
         f"scores ({sites})"
     )
     if not b["steers_memory"]:
-        return head + "; no host read depended on it, so the memory is the same for any routing"
+        text = head + "; no host read of a value computed from it, so both bounds are this answer"
+        if b.get("dependent_unknown_reads"):
+            text += (
+                f" (but {b['dependent_unknown_reads']} reads of values that depend on it could not be"
+                " computed and read 0: see the warnings)"
+            )
+        return text
     lines = [head + ":"]
     for name in ("balanced", "worst"):
         p = b.get(name)

@@ -67,8 +67,8 @@ def make_mode(values):
         return _to_cpu_device(torch, x)
 
     def evaluate(func, cleaves, spec):
-        """func on the CPU over the inputs' CPU leaves `cleaves`: its result, or None when it
-        cannot run there. An in-place op changes the shadows themselves."""
+        """func on the CPU over the inputs' CPU leaves `cleaves`: a 1-tuple of its result, or
+        None when it cannot run there. An in-place op changes the shadows themselves."""
         args, kwargs = unflatten(cleaves, spec)
         if func is T.to:
             args = tuple(
@@ -80,7 +80,7 @@ def make_mode(values):
                 out = call(*args, **kwargs)
         except Exception:  # noqa: BLE001 - not evaluable on the CPU: the value stays unknown
             return None
-        return out
+        return (out,)
 
     def own(cpu, users):
         """A CPU result that is the user's tensor (``.to("cuda")`` of it) is copied."""
@@ -137,6 +137,7 @@ def make_mode(values):
                 one = [(x, k) for x, k in zip(cuda_in, known, strict=True) if k and x.numel() == 1]
                 buf = arm_bytes(one[0][1].cpu) if len(one) == 1 else None
                 reads, start = values.reads, None
+                unread = reads.unanswered_total() if reads is not None else 0
                 if buf is not None and reads is not None:
                     start = reads.begin_answer()
                 try:
@@ -149,6 +150,11 @@ def make_mode(values):
                             (values.assumed if k.assumed else values.computed)[values.site()] += 1
                 if func in topk_funcs and cuda_in:
                     assume_topk(out, args, kwargs)
+                elif cuda_in and any(
+                    (k is not None and k.assumed) or x in values.tainted
+                    for x, k in zip(cuda_in, known, strict=True)
+                ):
+                    taint(out, unread)
                 return out
             shadows = {id(x): k.cpu for x, k in zip(cuda_in, known, strict=True)}
             assumed = next((k.assumed for k in known if k.assumed), None)
@@ -187,11 +193,16 @@ def make_mode(values):
                 for x in ocuda:
                     values.known.pop(x, None)
                 return out
-            cout = evaluate(func, cleaves, spec)
-            if cout is None:
+            ev = evaluate(func, cleaves, spec)
+            if ev is None:
                 if answered and reads is not None:
                     reads.unanswered[values.site()] += 1
+                if assumed or any(x in values.tainted for x in cuda_in):
+                    taint(out, None)
+                    if answered:
+                        values.tainted_reads[values.site()] += 1
                 return out
+            cout = ev[0]  # None for __setitem__, which changes its first argument
             cl, cspec = flatten(cout)
             if len(cl) == len(oleaves):
                 for real, cpu in zip(oleaves, cl, strict=True):
@@ -214,6 +225,19 @@ def make_mode(values):
             if is_read:
                 return unflatten([own(c, users) for c in cl], cspec)
             return out
+
+    def taint(out, unread):
+        """The CUDA results of a call over values that depend on an assumption but could not
+        be computed (an in-place op returns the tensor it changed): they depend on it too,
+        unknown; reads the call made are counted as such."""
+        for x in flatten(out)[0]:
+            if _cuda(torch, x) and values.lookup(x) is None:
+                values.tainted[x] = True
+        reads = values.reads
+        if unread is not None and reads is not None:
+            n = reads.unanswered_total() - unread
+            if n:
+                values.tainted_reads[values.site()] += n
 
     def assume_topk(out, args, kwargs):
         """Indices for a topk over unknown scores, by the routing assumption."""
