@@ -9,7 +9,11 @@
 # The venv with maturin/pytest/ruff is set up outside the clone (scripts/python_env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# each part's wall time, printed as it ends (docs/development.md's table is made of these)
+t0=$SECONDS
+took() { echo "test.sh: $1: $((SECONDS - t0)) s"; t0=$SECONDS; }
 cargo test --workspace --profile ci
+took "cargo test --workspace --profile ci (build and run)"
 
 PY="$(scripts/python_env.sh | tail -n 1)"
 BIN="$(dirname "$PY")"
@@ -19,9 +23,11 @@ WHEEL="$(ls target/wheels/cachalot-*.whl)"
 echo "wheel: $WHEEL ($(du -k "$WHEEL" | cut -f1) KiB)"
 "$PY" -m zipfile -e "$WHEEL" target/wheel-unpacked
 cp target/wheel-unpacked/cachalot/_native.abi3.so python/cachalot/_native.abi3.so
+took "the wheel (maturin build --profile ci)"
 
 "$BIN/ruff" check python tests/python scripts
 "$BIN/ruff" format --check python tests/python scripts
+took "ruff"
 # pytest on every core (pytest-xdist, from python_env.sh; CACHALOT_TEST_WORKERS overrides, 1 runs
 # in this process): tests that share a module's workload stay on one worker (loadgroup, the
 # groups are set in tests/python/conftest.py), the slow ones start first.
@@ -33,6 +39,7 @@ fi
 status=0
 PYTHONPATH="$PWD/python" "$PY" -m pytest tests/python -ra --durations=15 "${XDIST[@]}" || status=$?
 # 5: no test collected (cannot happen with tests/python present, but is not a failure).
+took "pytest tests/python (${XDIST[1]:-1} workers)"
 if [[ $status -ne 0 && $status -ne 5 ]]; then exit $status; fi
 
 FRESH="$(mktemp -d)"
@@ -45,3 +52,4 @@ env -i HOME="$HOME" PATH="$FRESH/venv/bin:/usr/bin:/bin" bash -c '
   fi
   cd / && cachalot tune --capacity 24G -q'
 echo "fresh venv: the wheel installs and cachalot tune --capacity 24G runs without Rust"
+took "the wheel in a fresh venv"
