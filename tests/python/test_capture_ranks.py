@@ -319,9 +319,8 @@ def test_subgroups_whose_first_rank_is_not_executed_are_split_not_waited_for(tmp
     assert p.returncode == 0, p.stderr[-3000:]
     assert sorted(_stats(stats)) == [0, 3]
     rows = {r["rank"]: r for r in json.loads(p.stdout)["ranks"]}
-    # the world's communicator and the split one (counted at the parent's size: an upper
-    # bound, the split's own size is not known to the simulated NCCL)
-    assert len(rows[3]["nccl_communicators"]) == 2 and rows[3]["nccl_communicators"][0] == 4
+    # the world's communicator and the one split from it for the group of 2
+    assert rows[3]["nccl_communicators"] == [4, 2], rows[3]
 
 
 def test_a_spawned_world_of_another_size_is_refused(tmp_path):

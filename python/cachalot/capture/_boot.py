@@ -46,6 +46,7 @@ class _Session:
         self.torch = torch
         self.max_entries = int(os.environ.get(ENV_MAX_ENTRIES) or DEFAULT_MAX_ENTRIES)
         self.error: str | None = None
+        self.groups: list[list[int]] = []  # [size, rank in it] of each group joined
         self.rank: int | None = None
         self.world_size: int | None = None
         self.started = time.perf_counter()
@@ -97,6 +98,19 @@ class _Session:
         init_process_group.__wrapped__ = orig
         c10d.init_process_group = init_process_group
         dist.init_process_group = init_process_group
+
+        # A new group's communicator is split from the world's (ncclCommSplit); the simulated
+        # NCCL knows the split's rank in it, not its size (the ranks' colors are not
+        # exchanged): the groups this process joined are kept here, (size, its rank there).
+        helper = c10d._new_process_group_helper
+
+        def new_process_group(group_size, group_rank, global_ranks_in_group, *args, **kwargs):
+            out = helper(group_size, group_rank, global_ranks_in_group, *args, **kwargs)
+            if global_ranks_in_group and group_rank is not None:
+                session.groups.append([len(global_ranks_in_group), group_rank])
+            return out
+
+        c10d._new_process_group_helper = new_process_group
 
     def _rank(self) -> int | None:
         if self.rank is not None:
@@ -151,6 +165,7 @@ class _Session:
             "rank": self._rank(),
             "local_rank": int(local) if local and local.isdigit() else None,
             "world_size": self.world_size or _int_env("WORLD_SIZE"),
+            "groups": self.groups,
             # the node of a covered job (a real node's devices are its own)
             "node": None
             if self.cover is None or self._rank() is None

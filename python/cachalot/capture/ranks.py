@@ -66,8 +66,19 @@ class Job:
         return lines
 
     def communicators(self, pid: int) -> list[dict[str, Any]]:
-        """The NCCL communicators process `pid` created (init or split), in order."""
-        return [c for c in self.nccl if c.get("pid") == pid and c["event"] in ("init", "split")]
+        """The NCCL communicators process `pid` created (init or split), in order. A split's
+        size is that of the group torch made it for: the groups the process joined in which
+        its rank is the split's rank, when they all have one size; else the parent's (an
+        upper bound)."""
+        groups = next((p.get("groups") or [] for p in self.procs if p["pid"] == pid), [])
+        made = [c for c in self.nccl if c.get("pid") == pid and c["event"] in ("init", "split")]
+        out = []
+        for c in made:
+            sizes = {size for size, rank in groups if rank == c.get("rank")}
+            if c["event"] == "split" and len(sizes) == 1:
+                c = dict(c, nranks=sizes.pop())
+            out.append(c)
+        return out
 
 
 def label(p: dict[str, Any]) -> str:

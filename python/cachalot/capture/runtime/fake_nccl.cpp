@@ -198,8 +198,9 @@ API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist
 }
 
 // A split or shrink needs every rank's color to know the new size, which no rank has here;
-// the new communicator keeps the parent's size (an upper bound), and the log says "split"
-// with the color so that the prediction can count it from torch's own group sizes.
+// the new communicator keeps the parent's size, and its rank is the key torch passes (the
+// rank in the new group). The log says "split" with that rank, and the prediction takes the
+// size from the groups torch made in the process (capture/_boot.py, ranks.py).
 API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                ncclConfig_t*) {
   if (!live(comm)) return fail(ncclInvalidArgument, "invalid parent communicator");
