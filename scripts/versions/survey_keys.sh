@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 W="${CACHALOT_WHEELS:-$HOME/.cache/cachalot-wheels}"
 PY="${CACHALOT_VENV:-$HOME/.cache/cachalot-torch}/bin/python"
-VERSIONS=(2.4.1 2.5.1 2.6.0 2.7.1 2.8.0 2.9.1 2.10.0 2.11.0 2.12.1 2.13.0 2.14.1 2.15.0)
+source scripts/versions/releases.sh
 KEYS='backend|max_split_size_mb|max_non_split_rounding_mb|large_segment_size_mb|roundup_power2_divisions|garbage_collection_threshold|expandable_segments|expandable_segments_reserve|expandable_segments_reserve_by_class|release_lock_on_cudamalloc|release_lock_on_hipmalloc|per_process_memory_fraction|throw_on_cudamalloc_oom|graph_capture_record_stream_reuse|pinned_[a-z_]+'
 out=tests/fixtures/torch-versions/keys.txt
 tmp="$out.tmp.$$"
