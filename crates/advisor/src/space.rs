@@ -597,7 +597,7 @@ mod tests {
             ("2.4", false, false, false, false),
             ("2.5", false, false, false, true),
             ("2.6", false, true, false, true),
-            ("2.9", false, true, true, true),
+            ("2.9", false, true, false, true),
             ("2.10", true, true, true, true),
         ] {
             let space = whole.clone().for_release(release(r));

@@ -295,6 +295,7 @@ impl<D: Device> State<D> {
             cause: self.oom_cause,
             private_pool_cached: self.private_pool_cached(),
             pool: self.owner_id(p.pool.owner),
+            torch: self.conf.torch,
         }))
     }
 }

@@ -76,6 +76,9 @@ pub struct OomReport {
     /// The pool the request was routed to (`(0, 0)`: the default pools); only that pool's
     /// free blocks could have served it.
     pub pool: crate::pool_id::MempoolId,
+    /// The torch release whose message this is (the advice at its end changed across
+    /// releases).
+    pub torch: crate::config::TorchVersion,
 }
 
 impl OomReport {
@@ -126,10 +129,8 @@ impl std::fmt::Display for OomReport {
                 format_size(reserve),
                 format_size(self.alloc_size)
             )
-        } else if self.expandable_segments {
-            f.write_str(" expandable_segments is enabled. If instead the process is running out of virtual address space (VSZ), expandable segments may be over-reserving VA (each segment reserves ~9/8 of device memory, times the number of streams); reduce it via PYTORCH_CUDA_ALLOC_CONF expandable_segments_reserve / expandable_segments_reserve_by_class.")
         } else {
-            f.write_str(" If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
+            f.write_str(self.torch.oom_advice(self.expandable_segments))
         }
     }
 }

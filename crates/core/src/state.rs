@@ -194,6 +194,10 @@ impl<D: Device> State<D> {
 
     /// Takes the next segment creation number.
     pub fn take_segment_id(&mut self) -> u32 {
+        // Before 2.13 ties in the free sets go by address alone: every segment is number 0.
+        if !self.conf.torch.orders_ties_by_segment_age() {
+            return 0;
+        }
         let id = self.next_segment_id;
         self.next_segment_id = self.next_segment_id.wrapping_add(1);
         id

@@ -154,6 +154,9 @@ pub struct AllocConf {
     pub last_allocator_settings: String,
     /// cachalot's own opt-in behaviour (from `CACHALOT_ALLOC_CONF`).
     pub cachalot: CachalotOptions,
+    /// The torch release whose decisions the allocator makes where releases differ (see
+    /// [`TorchVersion`]); [`TorchVersion::NEWEST`] unless [`AllocConf::for_torch`] set it.
+    pub torch: TorchVersion,
 }
 
 /// Behaviour that differs from torch 2.15 on purpose. Every field defaults to torch's
@@ -196,7 +199,24 @@ impl Default for AllocConf {
             expandable_segments_reserve_by_class: Vec::new(),
             last_allocator_settings: String::new(),
             cachalot: CachalotOptions::default(),
+            torch: TorchVersion::NEWEST,
         }
+    }
+}
+
+impl AllocConf {
+    /// This configuration as torch `torch` reads and applies it: the release's own decisions
+    /// where releases differ, and its own reading of a `roundup_power2_divisions` list with
+    /// `>` (the `PYTORCH_CUDA_ALLOC_CONF` string is read again for that one key).
+    pub fn for_torch(mut self, torch: TorchVersion) -> AllocConf {
+        self.torch = torch;
+        if !torch.roundup_open_after_last()
+            && self.last_allocator_settings.contains('>')
+            && let Ok((again, _)) = passes::parse_pytorch_as(&self.last_allocator_settings, torch)
+        {
+            self.roundup_power2_divisions = again.roundup_power2_divisions;
+        }
+        self
     }
 }
 

@@ -89,10 +89,58 @@ impl TorchVersion {
                 notes.push(VersionNote::Differs {
                     what: d.what,
                     until: d.until,
+                    replayed: d.replayed,
                 });
             }
         }
         notes
+    }
+
+    /// Whether a `roundup_power2_divisions` list's `>` entry fills from the interval after the
+    /// last one given (2.10+), rather than from that interval itself, overwriting its value
+    /// (≤ 2.9: `[256:1,512:2,1024:4,>:8]` rounds 1–2 GiB requests to 8 divisions, not 4).
+    /// torch 2.9 parses the line twice: its generic `AcceleratorAllocatorConfig` the new way
+    /// (what `_get_allocator_settings` shows), its CUDA allocator's own pass the old way, and
+    /// the allocator rounds by the latter (its oracle, `gpt2-train/roundup-list`).
+    pub fn roundup_open_after_last(self) -> bool {
+        self >= v(2, 10)
+    }
+
+    /// Whether the free sets break ties between blocks of one size by the age of their
+    /// segments, then address (2.13+, `BlockComparatorSizeCounterAddress`), rather than by
+    /// address alone (≤ 2.11; 2.12 decides otherwise, see [`TorchVersion::replays_decisions`]).
+    /// Found with each release's oracle: the order shows in which of several equal blocks a
+    /// request gets and in the order of the `cudaFree`s of a cache flush.
+    pub fn orders_ties_by_segment_age(self) -> bool {
+        self >= v(2, 13)
+    }
+
+    /// Whether cachalot replays this release's allocator decisions for the default pools as
+    /// its own allocator makes them (checked against its oracle, `scripts/versions/oracle.sh`).
+    /// 2.12 makes other decisions on most golden traces, even with the default configuration
+    /// (a change 2.13 took back), which cachalot does not model.
+    pub fn replays_decisions(self) -> bool {
+        self != v(2, 12)
+    }
+
+    /// The advice torch appends to an out-of-memory message (after "reserved by PyTorch but
+    /// unallocated."), read off each release's own messages.
+    pub fn oom_advice(self, expandable_segments: bool) -> &'static str {
+        if self <= v(2, 9) {
+            return " If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
+        }
+        if self == v(2, 10) {
+            return " If reserved but unallocated memory is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
+        }
+        match (expandable_segments, self >= v(2, 14), self >= v(2, 15)) {
+            (true, _, true) => {
+                " expandable_segments is enabled. If instead the process is running out of virtual address space (VSZ), expandable segments may be over-reserving VA (each segment reserves ~9/8 of device memory, times the number of streams); reduce it via PYTORCH_CUDA_ALLOC_CONF expandable_segments_reserve / expandable_segments_reserve_by_class."
+            }
+            (true, true, false) => "",
+            _ => {
+                " If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"
+            }
+        }
     }
 
     /// Every release line the table covers, oldest first.
@@ -176,6 +224,8 @@ pub enum VersionNote {
         what: &'static str,
         /// The last release that differs from 2.15.
         until: TorchVersion,
+        /// Whether cachalot replays that release's decision ([`DifferenceRow::replayed`]).
+        replayed: bool,
     },
 }
 
@@ -197,7 +247,7 @@ impl fmt::Display for VersionNote {
                 write!(f, "`{key}` is not a torch key")
             }
             VersionNote::Rejected { entry, rule } => write!(f, "`{entry}` is rejected: {rule}"),
-            VersionNote::Differs { what, until } => {
+            VersionNote::Differs { what, until, .. } => {
                 write!(f, "up to torch {until}, {what}")
             }
         }
@@ -275,28 +325,38 @@ pub struct DifferenceRow {
     pub until: TorchVersion,
     /// What differs, for people.
     pub what: &'static str,
+    /// Whether cachalot replays that release's decision (`replay --torch`, checked against
+    /// its oracle); `tune` keeps every row out of its search for the releases concerned.
+    pub replayed: bool,
 }
 
-/// The decision changes across 2.4 … 2.15 that a configuration line can run into. cachalot
-/// replays 2.15's decisions; for an older release the advisor does not recommend these and
-/// says so when the user's own line has one.
+/// The decision changes across 2.4 … 2.15 that a configuration line can run into, each
+/// found with that release's own allocator (`scripts/versions/oracle.sh`). Changes that every
+/// line meets are [`TorchVersion`]'s methods (`orders_ties_by_segment_age`, `oom_advice`).
+/// `replay --torch` replays the rows marked `replayed`; `tune` for an older release leaves
+/// all of them out of its search and says so when the user's own line has one.
 pub const DIFFERENCES: &[DifferenceRow] = &[
     DifferenceRow {
         kind: Difference::ExpandableWithSplitOrGc,
         until: v(2, 4),
-        what: "expandable segments combined with max_split_size_mb or garbage collection make other \
-               decisions than 2.15 replays",
+        what: "expandable segments combined with max_split_size_mb stop the program: torch 2.4 \
+               fails an internal assert (`!block->expandable_segment_`) when it would release \
+               an oversize expandable block",
+        replayed: false,
     },
     DifferenceRow {
         kind: Difference::RoundupOpenInterval,
-        until: v(2, 8),
-        what: "a roundup_power2_divisions list's `>` interval is read differently than 2.15 replays",
+        until: v(2, 9),
+        what: "a roundup_power2_divisions list's `>` entry fills from the last interval given, \
+               overwriting its value",
+        replayed: true,
     },
     DifferenceRow {
         kind: Difference::GcWithoutFractionKey,
         until: v(2, 9),
         what: "garbage_collection_threshold acts only if the program calls \
                torch.cuda.set_per_process_memory_fraction (per_process_memory_fraction is not a key)",
+        replayed: true,
     },
 ];
 
@@ -388,10 +448,10 @@ mod tests {
                 ("expandable_segments", "True")
             ]
         );
-        let notes = t("2.8").check("roundup_power2_divisions:[256:1,>:8]");
+        let notes = t("2.9").check("roundup_power2_divisions:[256:1,>:8]");
         assert!(matches!(notes[..], [VersionNote::Differs { .. }]));
         assert!(
-            t("2.9")
+            t("2.10")
                 .check("roundup_power2_divisions:[256:1,>:8]")
                 .is_empty()
         );

@@ -14,7 +14,9 @@ pub mod pool_traces;
 use std::path::Path;
 use std::process::Command;
 
-use cachalot_core::config::{NO_CUDA_CACHING_VAR, NO_HIP_CACHING_VAR, Overrides, Settings};
+use cachalot_core::config::{
+    NO_CUDA_CACHING_VAR, NO_HIP_CACHING_VAR, Overrides, Settings, TorchVersion,
+};
 use cachalot_replay::report::{ReportMeta, report_json, write_segments};
 use cachalot_replay::{ReplayOptions, load_rmm, replay};
 use cachalot_sim::SimConfig;
@@ -141,9 +143,14 @@ pub fn try_run_oracle(
 
 /// Replays `trace` through cachalot as the CLI's `replay --json --segments` does.
 pub fn run_ours(trace: &Path, case: &Case) -> Outcome {
+    run_ours_as(trace, case, TorchVersion::NEWEST)
+}
+
+/// [`run_ours`] with torch `torch`'s decisions (`replay --torch`).
+pub fn run_ours_as(trace: &Path, case: &Case, torch: TorchVersion) -> Outcome {
     let loaded = load_rmm(trace).expect("trace loads");
     let conf = match case.settings() {
-        Ok(s) => s.conf,
+        Ok(s) => s.conf.for_torch(torch),
         Err(_) => {
             return Outcome {
                 status: 2,

@@ -144,6 +144,8 @@ pub(super) fn generic_pass(w: &mut Walk, c: &mut AllocConf, reset: bool) -> R<()
 fn roundup(w: &mut Walk, c: &mut AllocConf, i: usize) -> R<usize> {
     w.sep(i + 1, ":")?;
     let mut i = i + 2;
+    // torch ≤ 2.8 fills a `>` entry from the last interval given, overwriting its value.
+    let open_after = usize::from(c.torch.roundup_open_after_last());
     let divs = &mut c.roundup_power2_divisions;
     if w.get(i)? != "[" {
         let v = w.size_t(i)?;
@@ -181,8 +183,9 @@ fn roundup(w: &mut Walk, c: &mut AllocConf, i: usize) -> R<usize> {
                            below 2 MiB keep slot 0 (0 = no rounding)";
                 w.warn(i, msg, None);
             }
-            divs[last_index + 1..].fill(v);
-            touched[last_index + 1..].fill(true);
+            let from = last_index + open_after;
+            divs[from..].fill(v);
+            touched[from..].fill(true);
         } else {
             let boundary = w.size_t(key_at)?;
             if !boundary.is_power_of_two() {

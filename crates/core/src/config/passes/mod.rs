@@ -242,6 +242,27 @@ pub fn parse_cachalot(s: &str) -> Result<(AllocConf, Vec<Warning>), ConfigError>
     parse_as(s, CACHALOT_VAR, Mode::Cachalot)
 }
 
+/// [`parse_pytorch`] as torch `torch` parses the string (only the `>` of a
+/// `roundup_power2_divisions` list reads differently across releases).
+pub(crate) fn parse_pytorch_as(
+    s: &str,
+    torch: crate::config::TorchVersion,
+) -> Result<(AllocConf, Vec<Warning>), ConfigError> {
+    let mut conf = AllocConf {
+        torch,
+        ..AllocConf::default()
+    };
+    let warns = run(
+        &mut conf,
+        Some((CUDA_VAR, s)),
+        Some((CUDA_VAR, s)),
+        Mode::Pytorch,
+        true,
+    )?;
+    conf.last_allocator_settings = s.to_string();
+    Ok((conf, warns))
+}
+
 fn parse_as(
     s: &str,
     var: &'static str,
