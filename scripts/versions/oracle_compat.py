@@ -36,8 +36,8 @@ ORACLE = [
     ),
     # The statistics types: their namespaces moved (2.6/2.7); name them by what returns them.
     (
-        'namespace CCA = c10::cuda::CUDACachingAllocator;\n',
-        'namespace CCA = c10::cuda::CUDACachingAllocator;\n'
+        "namespace CCA = c10::cuda::CUDACachingAllocator;\n",
+        "namespace CCA = c10::cuda::CUDACachingAllocator;\n"
         "// MempoolId_t was c10::cuda's before 2.9: c10::X finds c10::cuda::X only where c10 has none.\n"
         "namespace c10 {\nnamespace oracle_compat {\nusing namespace c10::cuda;\n}\nusing namespace oracle_compat;\n}  // namespace c10\n"
         "using OracleDS = decltype(std::declval<CCA::CUDAAllocator&>().getDeviceStats(0));\n"
@@ -86,7 +86,7 @@ ORACLE = [
         "  }(d);\n",
     ),
     (
-        "      j.num(\"use_count\", alloc->getPoolUseCount(0, pd.id));\n",
+        '      j.num("use_count", alloc->getPoolUseCount(0, pd.id));\n',
         "      [&](auto* a) {\n"
         "        if constexpr (requires { a->getPoolUseCount(0, pd.id); })\n"
         '          j.num("use_count", a->getPoolUseCount(0, pd.id));\n'
@@ -241,7 +241,9 @@ def main() -> None:
     (out / "oracle").mkdir(parents=True, exist_ok=True)
     (out / "fake_cudart").mkdir(parents=True, exist_ok=True)
     oracle = (src / "oracle/torch_oracle.cpp").read_text()
-    oracle = "#include <type_traits>\n#include <utility>\n" + rewrite(oracle, "torch_oracle.cpp", ORACLE)
+    oracle = "#include <type_traits>\n#include <utility>\n" + rewrite(
+        oracle, "torch_oracle.cpp", ORACLE
+    )
     (out / "oracle/torch_oracle.cpp").write_text(oracle)
     for f in ("fake_nvml.c", "fakecuda_ext.h"):
         (out / "fake_cudart" / f).write_text((src / "fake_cudart" / f).read_text())
@@ -250,7 +252,9 @@ def main() -> None:
         fake = rewrite(fake, "fake_cudart.cpp", CUDART_12)
     (out / "fake_cudart/fake_cudart.cpp").write_text(fake)
     mapping = (src / "fake_cudart/libcudart.map").read_text()
-    (out / "fake_cudart/libcudart.map").write_text(rewrite(mapping, "libcudart.map", [("libcudart.so.13 {", f"libcudart.so.{cuda} {{")]))
+    (out / "fake_cudart/libcudart.map").write_text(
+        rewrite(mapping, "libcudart.map", [("libcudart.so.13 {", f"libcudart.so.{cuda} {{")])
+    )
 
 
 if __name__ == "__main__":
