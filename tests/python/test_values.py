@@ -225,22 +225,40 @@ def test_the_worst_case_sends_every_token_to_the_top_k_experts(moe):
     assert sizes == [_round(MOE["tokens"] * MOE["hidden"] * 4)] * (2 * MOE["top_k"]), sizes
 
 
-def test_reads_of_known_values_equal_torch_on_the_cpu(tmp_path):
+# the older releases CI installs (scripts/python_env.sh --torch), as test_versions_capture.py
+RELEASES = {
+    "2.15": TORCH_PY,
+    "2.9": os.environ.get(
+        "CACHALOT_TORCH29_PYTHON", os.path.expanduser("~/.cache/cachalot-torch29/bin/python")
+    ),
+    "2.13": os.environ.get(
+        "CACHALOT_TORCH213_PYTHON", os.path.expanduser("~/.cache/cachalot-torch213/bin/python")
+    ),
+}
+
+
+@pytest.mark.parametrize("release", list(RELEASES))
+def test_reads_of_known_values_equal_torch_on_the_cpu(tmp_path, release):
     """Masks, cumsum, nonzero, where, boolean indexing, histograms, a stop flag, a copy to
-    the host, a scalar index: what capture answers on "cuda" is what torch computes on the CPU."""
-    _torch_python()
+    the host, a scalar index: what capture answers on "cuda" is what torch computes on the CPU
+    (each release's own nonzero reads its count from the device)."""
+    py = RELEASES[release]
+    if release == "2.15":
+        _torch_python()
+    elif not os.path.exists(py):
+        pytest.skip(f"no torch {release} environment at {py} (scripts/python_env.sh --torch)")
     script = HERE / "values_reads_workload.py"
     cpu = subprocess.run(
-        [TORCH_PY, str(script)],
+        [py, str(script)],
         env=dict(os.environ, DEVICE="cpu"),
         capture_output=True,
         text=True,
         check=True,
     ).stdout
     env = dict(os.environ, PYTHONPATH=str(PY_SRC))
-    cmd = [TORCH_PY, "-m", "cachalot", "capture", "-o", str(tmp_path / "r.pickle"), "--"]
+    cmd = [py, "-m", "cachalot", "capture", "-o", str(tmp_path / "r.pickle"), "--"]
     p = subprocess.run(
-        [*cmd, TORCH_PY, str(script)],
+        [*cmd, py, str(script)],
         env=env,
         capture_output=True,
         text=True,
