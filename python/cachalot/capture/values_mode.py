@@ -9,11 +9,15 @@ argument made the CPU. The results' CUDA tensors get the CPU results as their va
 inputs the call changed in place get their CPU counterparts'. A read (``item``, ``bool``,
 ``tolist``, ``cpu``, ``to`` a CPU device, a copy into a CPU tensor) returns the CPU result.
 
-Ops whose output shape depends on data (``nonzero`` and what builds on it) are evaluated on the
-CPU *first*: the count they read from their own device buffer is armed in the runtime
-(`fakecuda_shadow_answer_next`), so the real op allocates and returns what a GPU would.
+Ops whose output shape depends on data (``nonzero`` and what builds on it) get their count from
+the CPU inputs *first*: the count they read from their own device buffer is armed in the
+runtime (`fakecuda_shadow_answer_next`), so the real op allocates and returns what a GPU would.
+An op over unknown data that reads one known one-element input (``weight[expert_idx]``) gets
+that element's bytes armed the same way.
 
-``topk`` over unknown scores gets assumed indices (the routing assumption of `values`).
+``topk`` over unknown scores gets assumed indices (the routing assumption of `values`); results
+of ops over assumed values that cannot be evaluated are marked as depending on the assumption
+(``values.tainted``) and their reads counted.
 """
 
 from __future__ import annotations
@@ -62,7 +66,8 @@ def make_mode(values):
         if isinstance(x, torch.Tensor):
             if x.device.type == "cuda":
                 return shadows[id(x)]
-            users.add(x.untyped_storage().data_ptr()) if x.device.type == "cpu" else None
+            if x.device.type == "cpu":
+                users.add(x.untyped_storage().data_ptr())
             return x
         return _to_cpu_device(torch, x)
 
