@@ -186,11 +186,13 @@ bool synthesize(Desc* d, int name, int64_t requested,
     case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR:
       if (name == CUDNN_ATTR_ENGINECFG_KNOB_CHOICES && !find(d, name)) { *st = emit_empty(elementCount); return true; }
       if (name == CUDNN_ATTR_ENGINECFG_INTERMEDIATE_INFO) { *st = emit_empty(elementCount); return true; }
+#if FK_CUDNN_9_10
       if (name == CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE) {
         *st = emit_i64(static_cast<int64_t>(ws_conv()), requested, elementCount, out);
         return true;
       }
       if (name == CUDNN_ATTR_ENGINECFG_SHARED_MEMORY_USED) { *st = emit_i64(0, requested, elementCount, out); return true; }
+#endif
       return false;
     case CUDNN_BACKEND_ENGINE_DESCRIPTOR:
       if (name == CUDNN_ATTR_ENGINE_KNOB_INFO || name == CUDNN_ATTR_ENGINE_NUMERICAL_NOTE ||
@@ -247,8 +249,10 @@ const char* type_name(cudnnBackendDescriptorType_t t) {
     case CUDNN_BACKEND_MATMUL_DESCRIPTOR: return "MATMUL";
     case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR: return "OP_MATMUL";
     case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR: return "OP_REDUCTION";
+#if FK_CUDNN_9_10
     case CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR: return "KERNEL_CACHE";
     case CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR: return "DEVICEPROP";
+#endif
 #if CUDNN_VERSION >= 91300  // the SDPA operation descriptors came with cuDNN 9.13
     case CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR: return "OP_SDPA_FWD";
     case CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR: return "OP_SDPA_BWD";

@@ -9,6 +9,11 @@
 
 #include <cudnn.h>
 
+// The engine config's workspace and shared-memory attributes and the kernel-cache and
+// device-property descriptors: in cuDNN 9.10 (torch 2.9), not in 9.1 (torch 2.4); against older
+// headers their queries take the generic path.
+#define FK_CUDNN_9_10 (CUDNN_VERSION >= 91000)
+
 #include <algorithm>
 #include <map>
 #include <memory>

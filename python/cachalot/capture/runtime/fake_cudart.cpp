@@ -532,12 +532,10 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
 }
 static cudaError_t capture_info(cudaStream_t stream, enum cudaStreamCaptureStatus* captureStatus_out,
                                 unsigned long long* id_out, cudaGraph_t* graph_out,
-                                const cudaGraphNode_t** dependencies_out,
-                                const cudaGraphEdgeData** edgeData_out, size_t* numDependencies_out) {
+                                const cudaGraphNode_t** dependencies_out, size_t* numDependencies_out) {
   cudaStreamCaptureStatus st = capture_status(stream, id_out, graph_out);
   if (captureStatus_out) *captureStatus_out = st;
   if (dependencies_out) *dependencies_out = nullptr;
-  if (edgeData_out) *edgeData_out = nullptr;
   if (numDependencies_out) *numDependencies_out = 0;
   return cudaSuccess;
 }
@@ -547,28 +545,32 @@ cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCapture
                                      const cudaGraphNode_t** dependencies_out,
                                      const cudaGraphEdgeData** edgeData_out,
                                      size_t* numDependencies_out) {
-  return capture_info(stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,
+  if (edgeData_out) *edgeData_out = nullptr;
+  return capture_info(stream, captureStatus_out, id_out, graph_out, dependencies_out,
                       numDependencies_out);
 }
 #else
 // CUDA 12: the header maps the name to cudaStreamGetCaptureInfo_v2 (what torch imports), which
-// has no edge data; _v3 is the form with it.
+// has no edge data; _v3 (CUDA 12.3 on) is the form with it.
 cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus* captureStatus_out,
                                      unsigned long long* id_out, cudaGraph_t* graph_out,
                                      const cudaGraphNode_t** dependencies_out,
                                      size_t* numDependencies_out) {
-  return capture_info(stream, captureStatus_out, id_out, graph_out, dependencies_out, nullptr,
+  return capture_info(stream, captureStatus_out, id_out, graph_out, dependencies_out,
                       numDependencies_out);
 }
+#if CUDART_VERSION >= 12030
 cudaError_t cudaStreamGetCaptureInfo_v3(cudaStream_t stream,
                                         enum cudaStreamCaptureStatus* captureStatus_out,
                                         unsigned long long* id_out, cudaGraph_t* graph_out,
                                         const cudaGraphNode_t** dependencies_out,
                                         const cudaGraphEdgeData** edgeData_out,
                                         size_t* numDependencies_out) {
-  return capture_info(stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,
+  if (edgeData_out) *edgeData_out = nullptr;
+  return capture_info(stream, captureStatus_out, id_out, graph_out, dependencies_out,
                       numDependencies_out);
 }
+#endif
 #endif
 cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode* mode) {
   if (!mode) return set_err(cudaErrorInvalidValue);

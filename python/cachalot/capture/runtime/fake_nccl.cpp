@@ -39,7 +39,9 @@
 
 // Revoke, timeouts, memory statistics, windows with a base and signal waits are NCCL 2.29's
 // (torch 2.13 and 2.15); against older headers (torch 2.9: NCCL 2.27) they are generated stubs.
-// ncclTimeout is 2.30's (torch 2.15).
+// ncclTimeout is 2.30's (torch 2.15). fp8 types, put/signal over windows and simulated group
+// ends are in 2.27 (torch 2.9) and not in 2.20 (torch 2.4).
+#define FK_NCCL_2_27 (NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0))
 #define FK_NCCL_2_29 (NCCL_VERSION_CODE >= NCCL_VERSION(2, 29, 0))
 #define FK_NCCL_2_30 (NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0))
 
@@ -136,7 +138,10 @@ ncclResult_t op(const ncclComm* c, ncclDataType_t type, int peer) {
 
 size_t type_size(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclInt8: case ncclUint8: return 1;
+#if FK_NCCL_2_27
+    case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+#endif
     case ncclFloat16: case ncclBfloat16: return 2;
     case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
     default: return 8;
@@ -502,6 +507,7 @@ API ncclResult_t ncclRecv(void*, size_t, ncclDataType_t type, int peer, ncclComm
                           cudaStream_t) {
   return op(comm, type, peer);
 }
+#if FK_NCCL_2_27
 API ncclResult_t ncclPutSignal(const void*, size_t, ncclDataType_t type, int peer, ncclWindow_t,
                                size_t, int, int, unsigned int, ncclComm_t comm, cudaStream_t) {
   return op(comm, type, peer);
@@ -509,6 +515,7 @@ API ncclResult_t ncclPutSignal(const void*, size_t, ncclDataType_t type, int pee
 API ncclResult_t ncclSignal(int peer, int, int, unsigned int, ncclComm_t comm, cudaStream_t) {
   return op(comm, ncclInt8, peer);
 }
+#endif
 #if FK_NCCL_2_29
 API ncclResult_t ncclWaitSignal(int n, ncclWaitSignalDesc_t* descs, ncclComm_t comm,
                                 cudaStream_t) {
@@ -526,7 +533,9 @@ API ncclResult_t ncclGroupEnd() {
   t_group_depth--;
   return ncclSuccess;
 }
+#if FK_NCCL_2_27
 API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* info) {
   if (info) info->estimatedTime = 0.0f;
   return ncclGroupEnd();
 }
+#endif
