@@ -24,6 +24,10 @@
 #include <string>
 #include <typeinfo>
 
+// throw_old_abi.cpp (compiled with the old C++ string ABI).
+extern "C" void cachalot_construct_old_abi(void* ctor, void* self, const char* function,
+                                           const char* file, uint32_t line, const char* msg);
+
 namespace {
 
 // c10::SourceLocation: { const char* function; const char* file; uint32_t line; }.
@@ -49,6 +53,10 @@ constexpr const char* kOomType = "_ZTIN3c1016OutOfMemoryErrorE";
 // torch <= 2.9: OutOfMemoryError inherits Error's constructors inline (no constructor of its
 // own is exported); its type information and vtable are weak symbols of libc10_cuda.so.
 constexpr const char* kOomVtable = "_ZTVN3c1016OutOfMemoryErrorE";
+// torch built with the old C++ string ABI (before 2.7): the constructors take that std::string
+// ("Ss"), built by throw_old_abi.cpp.
+constexpr const char* kErrorCtorOldAbi = "_ZN3c105ErrorC1ENS_14SourceLocationESs";
+constexpr const char* kOomCtorOldAbi = "_ZN3c1016OutOfMemoryErrorC1ENS_14SourceLocationESs";
 constexpr const char* kOomCtor =
     "_ZN3c1016OutOfMemoryErrorC1ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_"
     "traitsIcESaIcEEE";
@@ -117,11 +125,17 @@ void destroy(void* object) {
 // `vtable` (or null): the vtable symbol of a class derived from c10::Error that adds no
 // members, whose object is made by Error's constructor `ctor` and then given that class's
 // virtual table (its address point is two pointers in: offset-to-top, type information).
-[[noreturn]] void throw_c10(void* type, void* ctor, const char* msg, void* vtable = nullptr) {
+// `old_abi`: `ctor` takes the old C++ string ABI's std::string (throw_old_abi.cpp calls it).
+[[noreturn]] void throw_c10(void* type, void* ctor, const char* msg, void* vtable = nullptr,
+                            bool old_abi = false) {
   void* object = abi::__cxa_allocate_exception(kExceptionRoom);
   try {
-    reinterpret_cast<Constructor>(ctor)(object, {"cachalot_malloc", __FILE__, __LINE__},
-                                        std::string(msg));
+    if (old_abi) {
+      cachalot_construct_old_abi(ctor, object, "cachalot_malloc", __FILE__, __LINE__, msg);
+    } else {
+      reinterpret_cast<Constructor>(ctor)(object, {"cachalot_malloc", __FILE__, __LINE__},
+                                          std::string(msg));
+    }
   } catch (...) {
     abi::__cxa_free_exception(object);
     throw;
@@ -152,10 +166,14 @@ bool cachalot_host_can_throw() noexcept {
   void* type = c10_symbol(out_of_memory ? kOomType : kErrorType);
   void* ctor = c10_symbol(out_of_memory ? kOomCtor : kErrorCtor);
   if (type != nullptr && ctor != nullptr) throw_c10(type, ctor, msg);
+  void* old = c10_symbol(out_of_memory ? kOomCtorOldAbi : kErrorCtorOldAbi);
+  if (type != nullptr && old != nullptr) throw_c10(type, old, msg, nullptr, true);
   if (out_of_memory && type != nullptr) {  // torch <= 2.9 (kOomVtable)
     void* vtable = c10_symbol(kOomVtable);
     void* base = c10_symbol(kErrorCtor);
-    if (vtable != nullptr && base != nullptr) throw_c10(type, base, msg, vtable);
+    bool old_abi = base == nullptr;
+    if (old_abi) base = c10_symbol(kErrorCtorOldAbi);
+    if (vtable != nullptr && base != nullptr) throw_c10(type, base, msg, vtable, old_abi);
   }
   throw std::runtime_error(msg);
 }
