@@ -29,6 +29,10 @@ PROGRAM = HERE / "versions_train.py"
 
 # release -> the interpreter of an environment that has it
 RELEASES = {
+    # not installed by python_env.sh (CI runs three releases); set it to run 2.4.1+cu121 too
+    "2.4": os.environ.get(
+        "CACHALOT_TORCH24_PYTHON", str(Path.home() / ".cache/cachalot-torch24/bin/python")
+    ),
     "2.9": os.environ.get(
         "CACHALOT_TORCH29_PYTHON", str(Path.home() / ".cache/cachalot-torch29/bin/python")
     ),

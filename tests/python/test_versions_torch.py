@@ -74,12 +74,21 @@ def on_release(request, tmp_path_factory):
     return release, run
 
 
+# After threads ran, what is live; what is cached (segments, splits) depends on how the
+# threads' requests interleaved, which a loaded machine changes from run to run.
+LIVE = ("allocated_bytes.", "allocation.", "active.", "active_bytes.", "requested_bytes.")
+
+
 def same_steps(ours, torchs, threaded=()):
     """Every step's statistics: the same keys, the same values (after threads, what is live)."""
     assert [s["step"] for s in ours["steps"]] == [s["step"] for s in torchs["steps"]]
     for a, b in zip(ours["steps"], torchs["steps"]):
         assert set(a["stats"]) == set(b["stats"]), (a["step"], set(a["stats"]) ^ set(b["stats"]))
-        keys = [k for k in b["stats"] if a["step"] not in threaded or k.endswith(".current")]
+        keys = [
+            k
+            for k in b["stats"]
+            if a["step"] not in threaded or (k.endswith(".current") and k.startswith(LIVE))
+        ]
         diff = {k: (a["stats"][k], b["stats"][k]) for k in keys if a["stats"][k] != b["stats"][k]}
         assert not diff, (a["step"], diff)
 
