@@ -284,7 +284,7 @@ impl CapacitySearch<'_> {
     /// The seeds exactly, then [`explore`] over the space, bisecting only the candidates that
     /// fit below the best capacity so far.
     fn run(&self, space: &SearchSpace, top: usize) -> Result<MinCapacityResult, AdvisorError> {
-        let seeds = self.seeds()?;
+        let seeds = self.seeds(space)?;
         let initial: Vec<(Candidate, MinCapacity)> = seeds
             .iter()
             .map(|m| (m.candidate.clone(), m.clone()))
@@ -310,10 +310,10 @@ impl CapacitySearch<'_> {
     }
 
     /// The exact minimum capacity of each seed, in parallel.
-    fn seeds(&self) -> Result<Vec<MinCapacity>, AdvisorError> {
+    fn seeds(&self, space: &SearchSpace) -> Result<Vec<MinCapacity>, AdvisorError> {
         let cands: Vec<Candidate> = SEEDS
             .iter()
-            .map(|s| Candidate::from_settings(*s))
+            .map(|s| space.candidate(*s))
             .collect::<Result<_, _>>()?;
         self.tick(Tick::Added(cands.len()));
         cands

@@ -1,5 +1,6 @@
 //! `compare`: a row per configuration, the default always first.
 
+use cachalot_core::config::TorchVersion;
 use rayon::prelude::*;
 
 use crate::capacity::min_capacity_of;
@@ -24,6 +25,9 @@ pub struct CompareOptions<'a> {
     pub progress: Option<&'a (dyn Fn(Tick) + Sync)>,
     /// The user's own configuration (e.g. a snapshot's): a row, marked as theirs.
     pub own: Option<String>,
+    /// The torch release whose decisions every row's replays make
+    /// ([`Candidate::for_torch`]).
+    pub release: TorchVersion,
 }
 
 /// One configuration's row.
@@ -73,10 +77,13 @@ pub fn compare(
     check_capacity(opts.capacity)?;
     let mut all = confs.to_vec();
     all.extend(opts.own.clone());
-    let cands = candidates(&all)?;
+    let cands: Vec<Candidate> = candidates(&all)?
+        .into_iter()
+        .map(|c| c.for_torch(opts.release))
+        .collect();
     let own = match &opts.own {
         Some(o) => {
-            let c = Candidate::parse(o.trim())?;
+            let c = Candidate::parse(o.trim())?.for_torch(opts.release);
             cands
                 .iter()
                 .find(|x| x.conf == c.conf)

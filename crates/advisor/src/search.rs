@@ -55,8 +55,9 @@ pub struct TuneOptions<'a> {
     /// The user's own configuration (e.g. the one a snapshot recorded): replayed to the end
     /// and shown with its rank.
     pub own: Option<Candidate>,
-    /// The torch release the recommendation is for: the search keeps to what it accepts
-    /// and decides as 2.15 does ([`SearchSpace::for_release`]).
+    /// The torch release the recommendation is for: the search keeps to what it accepts and
+    /// what cachalot replays of its decisions, and every replay (search, exact re-ranking,
+    /// minimum capacity, the user's own line) makes its decisions ([`SearchSpace::for_release`]).
     pub release: TorchVersion,
 }
 
@@ -187,7 +188,7 @@ pub(crate) fn explore<S: Clone>(
         let fresh: Vec<Candidate> = dedup(settings)
             .into_iter()
             .filter(|s| space.allows(s) && tried.insert(*s))
-            .map(Candidate::from_settings)
+            .map(|s| space.candidate(s))
             .collect::<Result<_, _>>()?;
         if fresh.is_empty() {
             return Ok(());
@@ -339,18 +340,18 @@ pub fn tune_with_seeds(
         let seeds = dedup(seeds);
         let mut seed_cands: Vec<Candidate> = seeds
             .iter()
-            .map(|s| Candidate::from_settings(*s))
+            .map(|s| space.candidate(*s))
             .collect::<Result<_, _>>()?;
-        let own_at =
-            opts.own.as_ref().map(
-                |own| match seed_cands.iter().position(|c| c.conf == own.conf) {
-                    Some(i) => i,
-                    None => {
-                        seed_cands.push(own.clone());
-                        seed_cands.len() - 1
-                    }
-                },
-            );
+        let own_at = opts.own.as_ref().map(|own| {
+            let own = own.clone().for_torch(space.release);
+            match seed_cands.iter().position(|c| c.conf == own.conf) {
+                Some(i) => i,
+                None => {
+                    seed_cands.push(own);
+                    seed_cands.len() - 1
+                }
+            }
+        });
         tick(Tick::Added(seed_cands.len()));
         let seed_outcomes = shared.evaluate(&seed_cands, &twins, |candidate| {
             let metrics = measure(trace, candidate, opts.capacity, &opts.cost)?;

@@ -11,16 +11,19 @@
 //!
 //! Every candidate is written as a string and parsed by the same parser that mirrors torch
 //! 2.15's, so every recommendation is a string torch accepts. For an older torch release
-//! ([`SearchSpace::for_release`]) the space keeps only what that release's parser accepts
-//! and decides as 2.15 does (`cachalot_core::config::versions`): no `max_non_split_rounding_mb`
-//! before 2.6, no garbage collection with a fraction before 2.10 (`per_process_memory_fraction`
-//! is not a key there), no `>` rounding lists before 2.9, and on 2.4 no expandable segments
-//! together with `max_split_size_mb` or garbage collection.
+//! ([`SearchSpace::for_release`]) the space keeps only what that release's parser accepts and
+//! what cachalot replays as that release decides (`cachalot_core::config::versions`): no
+//! `max_non_split_rounding_mb` before 2.6, no garbage collection with a fraction before 2.10
+//! (`per_process_memory_fraction` is not a key there), and on 2.4 no expandable segments
+//! together with `max_split_size_mb` or garbage collection (a decision not replayed). The `>`
+//! rounding lists stay: up to 2.9 they are read otherwise, and replayed as read. Every
+//! candidate of the space is made with [`SearchSpace::candidate`], so every replay of the
+//! search makes that release's decisions.
 
 use std::fmt;
 
 use cachalot_core::AllocConf;
-use cachalot_core::config::{TorchVersion, parse_pytorch};
+use cachalot_core::config::{TorchVersion, VersionNote, parse_pytorch};
 use cachalot_core::size::request_sizes;
 use cachalot_replay::TraceOp;
 
@@ -184,6 +187,13 @@ impl Candidate {
     pub fn order_key(&self) -> (usize, &str) {
         (self.complexity, &self.label)
     }
+
+    /// This candidate as torch `release` reads and decides it ([`AllocConf::for_torch`]):
+    /// what every replay of it for that release uses.
+    pub fn for_torch(mut self, release: TorchVersion) -> Self {
+        self.conf = self.conf.for_torch(release);
+        self
+    }
 }
 
 /// The values worth trying for one trace.
@@ -200,6 +210,8 @@ pub struct SearchSpace {
     /// Whether expandable segments may be combined with `max_split_size_mb` or garbage
     /// collection (torch 2.4 decides those combinations otherwise than 2.15).
     pub expandable_combined: bool,
+    /// The torch release whose decisions the candidates make ([`SearchSpace::candidate`]).
+    pub release: TorchVersion,
 }
 
 /// One axis of the space, for coordinate moves.
@@ -242,13 +254,22 @@ impl SearchSpace {
                 .collect(),
             gc: (0..GC_CHOICES.len()).collect(),
             expandable_combined: true,
+            release: TorchVersion::NEWEST,
         }
     }
 
-    /// This space without what `release` rejects or decides otherwise than torch 2.15 (the
-    /// module's header lists it); [`TorchVersion::NEWEST`] keeps it whole.
+    /// This space for torch `release`: without what it rejects or decides otherwise than
+    /// cachalot replays (the module's header lists it), its candidates making its decisions;
+    /// [`TorchVersion::NEWEST`] keeps it whole.
     pub fn for_release(mut self, release: TorchVersion) -> Self {
-        let probe = |conf: &str| release.check(conf).is_empty();
+        self.release = release;
+        // A reading that differs from 2.15's is fine where the replays make it.
+        let probe = |conf: &str| {
+            release
+                .check(conf)
+                .iter()
+                .all(|n| matches!(n, VersionNote::Differs { replayed: true, .. }))
+        };
         if !probe("max_non_split_rounding_mb:64") {
             self.non_split_mb.clear();
         }
@@ -261,6 +282,12 @@ impl SearchSpace {
         });
         self.expandable_combined = probe("expandable_segments:True,max_split_size_mb:64");
         self
+    }
+
+    /// The candidate at `s`, making this space's release's decisions: the one place the
+    /// search makes candidates from points.
+    pub fn candidate(&self, s: Settings) -> Result<Candidate, AdvisorError> {
+        Candidate::from_settings(s).map(|c| c.for_torch(self.release))
     }
 
     /// Whether `s` is a point of this space (seeds from elsewhere are checked with it).
@@ -445,7 +472,7 @@ impl Twins {
                 roundup: r,
                 ..Settings::DEFAULT
             };
-            choices.push((r, Candidate::from_settings(s)?.conf));
+            choices.push((r, space.candidate(s)?.conf));
         }
         let mut roundup_alias = Vec::new();
         let mut largest_segment = Vec::new();
@@ -535,6 +562,7 @@ mod tests {
             roundup: SearchSpace::for_trace(&cachalot_replay::LoadedTrace::default()).roundup,
             gc: (0..GC_CHOICES.len()).collect(),
             expandable_combined: true,
+            release: TorchVersion::NEWEST,
         };
         let mut n = 0;
         for s in space.singles() {
@@ -584,7 +612,7 @@ mod tests {
     }
 
     #[test]
-    fn an_older_release_searches_only_what_it_accepts_and_decides_alike() {
+    fn an_older_release_searches_only_what_it_accepts_and_what_is_replayed() {
         let release = |s: &str| s.parse::<TorchVersion>().unwrap();
         let csv = format!(
             "Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x1,{},0\n",
@@ -593,11 +621,12 @@ mod tests {
         let whole = SearchSpace::for_trace(&cachalot_replay::load_bytes(csv.as_bytes()).unwrap());
         assert!(!whole.non_split_mb.is_empty());
         assert_eq!(whole.clone().for_release(TorchVersion::NEWEST).gc, whole.gc);
+        // The `>` lists are read otherwise up to 2.9 and replayed as read, so they stay.
         for (r, gc, non_split, lists, combined) in [
-            ("2.4", false, false, false, false),
-            ("2.5", false, false, false, true),
-            ("2.6", false, true, false, true),
-            ("2.9", false, true, false, true),
+            ("2.4", false, false, true, false),
+            ("2.5", false, false, true, true),
+            ("2.6", false, true, true, true),
+            ("2.9", false, true, true, true),
             ("2.10", true, true, true, true),
         ] {
             let space = whole.clone().for_release(release(r));
@@ -609,13 +638,28 @@ mod tests {
                 "{r}"
             );
             assert_eq!(space.expandable_combined, combined, "{r}");
-            // every point it can reach is a line that release accepts with 2.15's meaning
+            // every point it can reach is a line that release accepts, and any decision of it
+            // that differs from 2.15's is replayed; its candidates make that release's
+            let mut read_otherwise = 0;
             for s in space.singles() {
                 for t in space.neighbours(&s) {
                     let notes = release(r).check(&t.to_string());
-                    assert!(notes.is_empty(), "{r}: {t}: {notes:?}");
+                    assert!(
+                        notes
+                            .iter()
+                            .all(|n| matches!(n, VersionNote::Differs { replayed: true, .. })),
+                        "{r}: {t}: {notes:?}"
+                    );
+                    let c = space.candidate(t).unwrap();
+                    assert_eq!(c.conf.torch, release(r));
+                    let newest = Candidate::from_settings(t).unwrap().conf;
+                    if c.conf.roundup_power2_divisions != newest.roundup_power2_divisions {
+                        read_otherwise += 1;
+                    }
                 }
             }
+            // up to 2.9 the lists round otherwise than 2.15 reads them
+            assert_eq!(read_otherwise > 0, r != "2.10", "{r}");
         }
     }
 

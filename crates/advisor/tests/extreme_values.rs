@@ -51,6 +51,7 @@ fn two_allocations_of_half_the_address_space_are_a_result_not_a_panic() {
             min_capacity: true,
             progress: None,
             own: None,
+            release: cachalot_core::config::TorchVersion::NEWEST,
         },
     )
     .unwrap();
@@ -151,6 +152,7 @@ fn every_entry(t: &LoadedTrace, cap: u64, search: bool) {
             min_capacity: search,
             progress: None,
             own: None,
+            release: cachalot_core::config::TorchVersion::NEWEST,
         },
     );
     if search {

@@ -111,6 +111,7 @@ fn compare_rows_and_html_structure() {
         min_capacity: true,
         progress: None,
         own: None,
+        release: cachalot_core::config::TorchVersion::NEWEST,
     };
     let r = compare(&t, &confs, &opts).unwrap();
     let labels: Vec<&str> = r.rows.iter().map(|x| x.candidate.label.as_str()).collect();

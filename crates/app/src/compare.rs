@@ -7,9 +7,11 @@ use anyhow::{Context, Result};
 use cachalot_advisor::{
     CompareOptions, CompareResult, CostModel, Tick, html, pools, record_timelines, text,
 };
+use cachalot_core::config::TorchVersion;
 use cachalot_replay::pool_account::{PoolPeaks, pool_peaks_brief, pool_peaks_json};
 
 use crate::Notes;
+use crate::release::Release;
 use crate::workload::{AdvisorOptions, DEFAULT_CAPACITY, Loaded};
 
 /// What to compare.
@@ -23,6 +25,9 @@ pub struct CompareRequest {
     pub capacity: Option<u64>,
     /// Compute each configuration's minimum capacity (several replays each).
     pub min_capacity: bool,
+    /// The torch release whose decisions every row makes (`None`: the one the first
+    /// trace's `STEM.device.json` recorded, else 2.15).
+    pub release: Option<TorchVersion>,
     /// Loading, capacity and cost-model options.
     pub common: AdvisorOptions,
 }
@@ -37,19 +42,58 @@ pub struct Compared {
     pub result: CompareResult,
     /// Each row's pool accounts (empty when the workload uses no pools).
     pub row_pools: Vec<Option<PoolPeaks>>,
+    /// The torch release whose decisions the rows make.
+    pub release: Release,
+    /// How that release reads the configurations otherwise than 2.15, replayed as it does.
+    torch_notes: Vec<String>,
+    /// What the rows do not make of that release's decisions.
+    torch_warnings: Vec<String>,
     capacity: u64,
     cost: CostModel,
     threads: Option<usize>,
 }
 
-/// Runs `req`; the configurations are checked before any trace is read, so a typo fails fast.
+/// Runs `req`; the configurations are checked (by torch 2.15 and by the release) before any
+/// trace is read, so a typo fails fast.
 pub fn compare(
     req: &CompareRequest,
     progress: Option<&(dyn Fn(Tick) + Sync)>,
     notes: Notes,
 ) -> Result<Compared> {
     cachalot_advisor::compare::candidates(&req.confs)?;
+    let release = Release::choose(req.release, req.traces.first().map(PathBuf::as_path));
+    let mut torch_notes = Vec::new();
+    let mut torch_warnings: Vec<String> = release.not_replayed().into_iter().collect();
+    let mut read = |conf: &str| -> Result<()> {
+        let r = release.read(conf)?;
+        let name = if conf.is_empty() { "(default)" } else { conf };
+        torch_notes.extend(r.replayed.iter().map(|n| format!("{name}: {n}")));
+        torch_warnings.extend(r.warnings.iter().map(|w| format!("{name}: {w}")));
+        Ok(())
+    };
+    for c in &req.confs {
+        read(c.trim())?;
+    }
     let w = req.common.load(&req.traces)?;
+    // The snapshot's own line, where the release would refuse it, is not a row.
+    let own = w
+        .own_candidate(notes)
+        .map(|c| c.label)
+        .filter(|own| match read(own.trim()) {
+            Ok(()) => true,
+            Err(e) => {
+                notes(format!(
+                    "warning: the snapshot's own configuration is not compared: {e:#}"
+                ));
+                false
+            }
+        });
+    for n in &torch_notes {
+        notes(format!("note: {n}"));
+    }
+    for w in &torch_warnings {
+        notes(format!("warning: {w}"));
+    }
     let mut source = w.source.clone();
     let (capacity, note) = req
         .common
@@ -61,7 +105,8 @@ pub fn compare(
         threads: req.common.threads,
         min_capacity: req.min_capacity,
         progress,
-        own: w.own_candidate(notes).map(|c| c.label),
+        own,
+        release: release.version,
     };
     let result = cachalot_advisor::compare(&w.traces, &req.confs, &opts)?;
     // Where the traces use pools: each configuration's pool accounts (one replay more each).
@@ -81,6 +126,9 @@ pub fn compare(
         source,
         result,
         row_pools,
+        release,
+        torch_notes,
+        torch_warnings,
         capacity,
         cost: opts.cost,
         threads: req.common.threads,
@@ -98,8 +146,14 @@ impl Compared {
                 }
             }
         }
-        if let (Some(d), Some(m)) = (&self.workload.gpu_dependent, v.as_object_mut()) {
-            m.insert("gpu_dependent".into(), d.json());
+        if let Some(m) = v.as_object_mut() {
+            m.insert("torch".into(), self.release.version.to_string().into());
+            if !self.torch_warnings.is_empty() {
+                m.insert("torch_warnings".into(), self.torch_warnings.clone().into());
+            }
+            if let Some(d) = &self.workload.gpu_dependent {
+                m.insert("gpu_dependent".into(), d.json());
+            }
         }
         v
     }
@@ -118,6 +172,18 @@ impl Compared {
                     ));
                 }
             }
+        }
+        if self.release.is_older() {
+            out.push_str(&format!(
+                "\ndecisions: {}'s, where releases differ\n",
+                self.release.describe()
+            ));
+        }
+        for n in &self.torch_notes {
+            out.push_str(&format!("  {n}\n"));
+        }
+        for w in &self.torch_warnings {
+            out.push_str(&format!("warning: {w}\n"));
         }
         out
     }

@@ -7,6 +7,8 @@
 //! - [`replay`], [`tune`], [`compare`], [`explain`]: one request each, answered with a typed
 //!   result that renders itself as the CLI's text, its `--json` and, where it has one, its
 //!   HTML report;
+//! - [`release`]: the torch release whose decisions those replays make, and what it makes of
+//!   a configuration line;
 //! - [`predict`]: capture's answer for a job's traces (one per rank) on a GPU, with the memory
 //!   outside torch's allocator of [`outside`], the verdict and the advice.
 //!
@@ -20,6 +22,7 @@ pub mod gpu_dependent;
 pub mod gpus;
 pub mod outside;
 pub mod predict;
+pub mod release;
 pub mod replay;
 pub mod tune;
 pub mod workload;

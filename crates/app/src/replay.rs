@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use cachalot_core::config::{self, Settings};
+use cachalot_core::config::{self, Settings, TorchVersion};
 use cachalot_replay::diagnose::diagnose;
 use cachalot_replay::input::check_window;
 use cachalot_replay::pool_account::{
@@ -20,6 +20,7 @@ use cachalot_torchfmt::{Snapshot, memory_stats_json, memory_summary, write_pickl
 use cachalot_trace::write_atomic;
 
 use crate::Notes;
+use crate::release::Release;
 use crate::workload::{DEFAULT_CAPACITY, load_input, snapshot_conf};
 
 /// What to replay and how (the CLI's `replay` options).
@@ -49,6 +50,9 @@ pub struct ReplayRequest {
     pub explain: bool,
     /// Torch's `memory_summary()` table at the end of the text.
     pub summary: bool,
+    /// The torch release whose decisions to make (`None`: the one the trace's
+    /// `STEM.device.json` recorded, else 2.15).
+    pub release: Option<TorchVersion>,
 }
 
 impl Default for ReplayRequest {
@@ -65,6 +69,7 @@ impl Default for ReplayRequest {
             snapshot_entries: None,
             explain: true,
             summary: false,
+            release: None,
         }
     }
 }
@@ -75,6 +80,11 @@ pub struct ReplayRun {
     input: LoadedInput,
     name: String,
     resolved: Settings,
+    release: Release,
+    /// What the release makes of the configuration: decisions replayed as it makes them,
+    /// and warnings for those that are not.
+    torch_notes: Vec<String>,
+    torch_warnings: Vec<String>,
     capacity: u64,
     opts: ReplayOptions,
     /// The replay's report (up to the fatal error, if one stopped it).
@@ -91,9 +101,18 @@ pub fn replay(req: ReplayRequest, notes: Notes) -> Result<ReplayRun> {
     if req.snapshot_entries == Some(0) {
         bail!("--history-entries 0: torch keeps at least 1 entry; give N >= 1");
     }
+    let release = Release::choose(req.release, req.trace.as_deref());
     let (input, name) = load_input(req.trace.as_deref(), req.device)?;
-    let resolved = snapshot_conf(req.conf.as_deref(), &input, notes)?;
+    let settled = release.settle(snapshot_conf(req.conf.as_deref(), &input, notes)?)?;
+    let resolved = settled.settings;
     for w in &resolved.warnings {
+        notes(format!("warning: {w}"));
+    }
+    let (torch_notes, torch_warnings) = (settled.notes, settled.warnings);
+    for n in &torch_notes {
+        notes(format!("note: {n}"));
+    }
+    for w in &torch_warnings {
         notes(format!("warning: {w}"));
     }
     for note in input.notes() {
@@ -159,6 +178,9 @@ pub fn replay(req: ReplayRequest, notes: Notes) -> Result<ReplayRun> {
         input,
         name,
         resolved,
+        release,
+        torch_notes,
+        torch_warnings,
         capacity,
         opts,
         report,
@@ -194,6 +216,10 @@ impl ReplayRun {
             &meta,
         );
         if let Some(m) = v.as_object_mut() {
+            m.insert("torch".into(), self.release.version.to_string().into());
+            if !self.torch_warnings.is_empty() {
+                m.insert("torch_warnings".into(), self.torch_warnings.clone().into());
+            }
             m.insert("memory_stats".into(), memory_stats_json(&self.report.stats));
             if let Some(p) = &self.pools {
                 let mut v = pool_peaks_json(p);
@@ -214,6 +240,19 @@ impl ReplayRun {
             return Ok(String::new());
         }
         let mut out = format!("trace: {}\n", self.name);
+        if self.release.is_older() {
+            let _ = writeln!(
+                out,
+                "decisions: {}'s, where releases differ",
+                self.release.describe()
+            );
+        }
+        for n in &self.torch_notes {
+            let _ = writeln!(out, "  {n}");
+        }
+        for w in &self.torch_warnings {
+            let _ = writeln!(out, "warning: {w}");
+        }
         if self.opts.conf.backend == cachalot_core::Backend::CudaMallocAsync {
             out.push_str(
                 "backend: cudaMallocAsync (the simulated stream-ordered pool caches nothing)\n",

@@ -17,6 +17,7 @@ use cachalot_replay::pool_account::{
 use cachalot_core::config::TorchVersion;
 
 use crate::Notes;
+use crate::release::Release;
 use crate::workload::{AdvisorOptions, Loaded};
 
 /// What to tune.
@@ -30,8 +31,8 @@ pub struct TuneRequest {
     pub min_capacity: bool,
     /// How many of the best to keep exact and show.
     pub top: usize,
-    /// The torch release to recommend for (`None`: the one the first trace's
-    /// `STEM.device.json` recorded, else 2.15, whose decisions cachalot replays).
+    /// The torch release to recommend for, whose decisions every replay makes (`None`: the
+    /// one the first trace's `STEM.device.json` recorded, else 2.15).
     pub release: Option<TorchVersion>,
     /// Loading, capacity and cost-model options.
     pub common: AdvisorOptions,
@@ -55,10 +56,9 @@ pub struct Tuned {
     pub outcome: TuneOutcome,
     /// The pools' accounts of the recommendation, where the workload uses pools.
     pub pools: Option<TunePools>,
-    /// The torch release recommended for.
-    pub release: TorchVersion,
-    /// It was read from the trace's `STEM.device.json` (not asked for).
-    pub release_recorded: bool,
+    /// The torch release recommended for, and whether it was read from the trace's
+    /// `STEM.device.json` (not asked for).
+    pub release: Release,
     /// What that release makes of the workload's own configuration, where it differs from
     /// torch 2.15 (rejected keys, other decisions).
     pub own_release_notes: Vec<String>,
@@ -82,17 +82,16 @@ pub fn tune(
         source.capacity_note = note;
         c
     };
-    // The release asked for, else the one the first trace was recorded with, else 2.15.
-    let recorded = req
-        .traces
-        .first()
-        .and_then(|t| crate::gpu_dependent::recorded_release(t));
-    let release = req.release.or(recorded).unwrap_or(TorchVersion::NEWEST);
+    let release = Release::choose(req.release, req.traces.first().map(PathBuf::as_path));
+    if let Some(w) = release.not_replayed() {
+        notes(format!("warning: {w}"));
+    }
     let own = w.own_candidate(notes);
     let own_release_notes = own
         .as_ref()
         .map(|c| {
             release
+                .version
                 .check(&c.label)
                 .iter()
                 .map(|n| n.to_string())
@@ -106,7 +105,7 @@ pub fn tune(
         top: req.top.max(1),
         progress,
         own,
-        release,
+        release: release.version,
     };
     let (outcome, pools) = if req.min_capacity {
         let r = min_capacity(&w.traces, &opts)?;
@@ -126,7 +125,6 @@ pub fn tune(
         outcome,
         pools,
         release,
-        release_recorded: req.release.is_none() && recorded.is_some(),
         own_release_notes,
         cost,
         threads: req.common.threads,
@@ -146,7 +144,10 @@ impl Tuned {
     pub fn json(&self) -> serde_json::Value {
         let mut v = self.outcome_json();
         if let Some(m) = v.as_object_mut() {
-            m.insert("torch".into(), self.release.to_string().into());
+            m.insert("torch".into(), self.release.version.to_string().into());
+            if let Some(w) = self.release.not_replayed() {
+                m.insert("torch_warnings".into(), vec![w].into());
+            }
             if !self.own_release_notes.is_empty() {
                 m.insert(
                     "own_config_on_torch".into(),
@@ -199,23 +200,20 @@ impl Tuned {
     /// it makes of the workload's own configuration.
     fn release_text(&self) -> String {
         let mut out = String::new();
-        if self.release != TorchVersion::NEWEST {
-            let from = if self.release_recorded {
-                " (the release the snapshot was recorded with; --torch to choose another)"
-            } else {
-                ""
-            };
+        if self.release.is_older() {
             out.push_str(&format!(
-                "\nfor torch {}{from}: only keys and values it accepts, and only settings it decides as \
-                 torch {} does, whose decisions the replays make\n",
-                self.release,
-                TorchVersion::NEWEST
+                "\nfor {}: only keys and values it accepts, and only settings whose decisions \
+                 cachalot replays for it; every replay made its decisions\n",
+                self.release.describe()
             ));
+        }
+        if let Some(w) = self.release.not_replayed() {
+            out.push_str(&format!("warning: {w}\n"));
         }
         for n in &self.own_release_notes {
             out.push_str(&format!(
                 "note: your configuration on torch {}: {n}\n",
-                self.release
+                self.release.version
             ));
         }
         out

@@ -14,6 +14,13 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 pub use cachalot_app::workload::{parse_capacity, resolve_conf};
 
+/// `--torch`'s reader: `2.9`, `2.9.1`, `2.9.1+cu128`; anything else is refused with the
+/// input quoted and the releases cachalot knows.
+pub fn parse_release(s: &str) -> Result<cachalot_core::config::TorchVersion, String> {
+    s.parse()
+        .map_err(|e: cachalot_core::config::VersionError| e.to_string())
+}
+
 /// Prints configuration warnings to stderr.
 pub fn print_warnings(warnings: &[Warning]) {
     for w in warnings {

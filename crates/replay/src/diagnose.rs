@@ -88,7 +88,7 @@ pub fn candidate_options(base: &AllocConf) -> Vec<String> {
 }
 
 /// `base` with `option` added (a later key wins, as in torch's parser); cachalot's own
-/// options are kept.
+/// options and the torch release whose decisions `base` makes are kept.
 pub fn with_option(base: &AllocConf, option: &str) -> Result<AllocConf, ConfigError> {
     let s = if base.last_allocator_settings.trim().is_empty() {
         option.to_string()
@@ -97,7 +97,7 @@ pub fn with_option(base: &AllocConf, option: &str) -> Result<AllocConf, ConfigEr
     };
     let (mut conf, _) = parse_pytorch(&s)?;
     conf.cachalot = base.cachalot.clone();
-    Ok(conf)
+    Ok(conf.for_torch(base.torch))
 }
 
 /// Replays `trace` under `opts` and each candidate; see the module docs.

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use anyhow::Result;
 use cachalot_app::compare::{CompareRequest, compare};
 
-use crate::args::{AdvisorArgs, Progress, note, parse_capacity, write_html};
+use cachalot_core::config::TorchVersion;
+
+use crate::args::{AdvisorArgs, Progress, note, parse_capacity, parse_release, write_html};
 
 /// Arguments of `cachalot compare`.
 #[derive(clap::Args)]
@@ -27,6 +29,10 @@ pub struct Args {
     /// Skip the minimum-capacity column (it takes several replays per configuration).
     #[arg(long)]
     no_min_capacity: bool,
+    /// Make the decisions of this torch release (2.4 … 2.15, e.g. 2.9 or 2.9.1+cu128) where
+    /// releases differ. Default: the release the trace's STEM.device.json recorded, else 2.15.
+    #[arg(long, value_name = "VERSION", value_parser = parse_release)]
+    torch: Option<TorchVersion>,
     #[command(flatten)]
     common: AdvisorArgs,
 }
@@ -41,6 +47,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         confs: a.confs,
         capacity: a.capacity,
         min_capacity: !a.no_min_capacity,
+        release: a.torch,
         common: a.common.options(),
     };
     let progress = Progress::new(a.common.quiet);

@@ -8,7 +8,9 @@ use anyhow::Result;
 use cachalot_app::gpu_dependent::for_trace;
 use cachalot_app::replay::{ReplayRequest, replay};
 
-use crate::args::{note, parse_capacity};
+use cachalot_core::config::TorchVersion;
+
+use crate::args::{note, parse_capacity, parse_release};
 
 /// Arguments of `cachalot replay`.
 #[derive(clap::Args)]
@@ -62,6 +64,10 @@ pub struct Args {
     /// candidate option).
     #[arg(long)]
     no_explain: bool,
+    /// Make the decisions of this torch release (2.4 … 2.15, e.g. 2.9 or 2.9.1+cu128) where
+    /// releases differ. Default: the release the trace's STEM.device.json recorded, else 2.15.
+    #[arg(long, value_name = "VERSION", value_parser = parse_release)]
+    torch: Option<TorchVersion>,
 }
 
 /// Runs `cachalot replay`. Exit status: 0 when every request was served, 1 when the replay
@@ -97,6 +103,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         snapshot_entries: a.snapshot.is_some().then_some(a.history_entries),
         explain: !a.no_explain,
         summary: a.summary,
+        release: a.torch,
     };
     if a.history_entries == 0 {
         anyhow::bail!("--history-entries 0: torch keeps at least 1 entry; give N >= 1");

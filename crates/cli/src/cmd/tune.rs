@@ -9,7 +9,7 @@ use cachalot_advisor::Tick;
 use cachalot_app::tune::{TuneRequest, tune};
 use cachalot_core::config::TorchVersion;
 
-use crate::args::{AdvisorArgs, Progress, note, parse_capacity, write_html};
+use crate::args::{AdvisorArgs, Progress, note, parse_capacity, parse_release, write_html};
 
 /// Arguments of `cachalot tune`.
 #[derive(clap::Args)]
@@ -30,16 +30,12 @@ pub struct Args {
     #[arg(long, default_value_t = 8, value_name = "N")]
     top: usize,
     /// The torch release the job runs on (2.4 … 2.15, e.g. 2.9 or 2.9.1+cu128): recommend
-    /// only keys and values it accepts, and settings it decides as 2.15 does. Default: 2.15.
+    /// only keys and values it accepts, with every replay making its decisions. Default: the
+    /// release the trace's STEM.device.json recorded, else 2.15.
     #[arg(long, value_name = "VERSION", value_parser = parse_release)]
     torch: Option<TorchVersion>,
     #[command(flatten)]
     common: AdvisorArgs,
-}
-
-fn parse_release(s: &str) -> Result<TorchVersion, String> {
-    s.parse()
-        .map_err(|e: cachalot_core::config::VersionError| e.to_string())
 }
 
 /// Runs `cachalot tune`.
