@@ -255,3 +255,60 @@ fn pytorch_alloc_conf_is_not_read_before_2_9() {
     assert_eq!(old["peak"], default["peak"]);
     assert_ne!(new["peak"], default["peak"]);
 }
+
+#[test]
+fn replay_for_2_11_orders_equal_blocks_as_2_11_does() {
+    // bert-finetune-varlen at its golden "tight" capacity: a cache flush frees equal-size
+    // segments, in address order up to 2.11 and by segment age from 2.13
+    let trace = cachalot_testkit::fixture("traces/bert-finetune-varlen.csv.gz")
+        .display()
+        .to_string();
+    let capacity = "12415139840";
+    let scratch = cachalot_testkit::scratch();
+    let segments = |torch: &str| {
+        let path = scratch.path().join(format!("{torch}.csv"));
+        let o = cachalot(&[
+            "replay",
+            &trace,
+            "--capacity",
+            capacity,
+            "--torch",
+            torch,
+            "--no-explain",
+            "--segments",
+            path.to_str().unwrap(),
+        ]);
+        assert!(
+            o.status.code().is_some_and(|c| c <= 1),
+            "{}",
+            text(&o.stderr)
+        );
+        std::fs::read_to_string(&path).unwrap()
+    };
+    let (old, newest) = (segments("2.11"), segments("2.15"));
+    assert_ne!(old, newest, "the device calls differ between 2.11 and 2.15");
+    let oracle = match version_oracle("2.11") {
+        Ok(o) => o,
+        Err(why) => return cachalot_testkit::skip(why),
+    };
+    let theirs = scratch.path().join("oracle.csv");
+    let o = cachalot_testkit::command(&oracle)
+        .arg("--segments")
+        .arg(&theirs)
+        .arg(&trace)
+        .env("FAKE_CUDA_CAPACITY", capacity)
+        .env("PYTORCH_CUDA_ALLOC_CONF", "")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.code().is_some_and(|c| c <= 1),
+        "{}",
+        text(&o.stderr)
+    );
+    let theirs = std::fs::read_to_string(&theirs).unwrap();
+    assert_eq!(
+        cachalot_testkit::log_diff("device calls", &old, &theirs),
+        None,
+        "replay --torch 2.11 vs torch 2.11"
+    );
+}
