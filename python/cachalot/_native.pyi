@@ -68,6 +68,7 @@ def replay(
     device: int | None = None,
     ignore_streams: bool = False,
     explain: bool = True,
+    torch: str | None = None,
 ) -> tuple[str, str, int]: ...
 def tune(
     traces: list[str],
@@ -95,6 +96,7 @@ def compare(
     headroom: int | None = None,
     device: int | None = None,
     all_devices: bool = False,
+    torch: str | None = None,
 ) -> tuple[str, str, str]: ...
 def explain(
     snapshot: str | PathLike[str],

@@ -15,6 +15,7 @@ import json
 import os
 import pickle
 import tempfile
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -118,6 +119,12 @@ def _text(value: str | None, what: str) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ArgumentError(f"{what}={value!r}: expected a string (or None)")
     return value
+
+
+def _warn_torch(data: dict[str, Any]) -> None:
+    """Each decision of the release the replays did not make, as a Python warning."""
+    for w in data.get("torch_warnings", []):
+        warnings.warn(f"cachalot: {w}", stacklevel=3)
 
 
 def _costs(cost: dict[str, float] | None) -> list[str]:
@@ -259,8 +266,13 @@ def replay(
     device: int | None = None,
     ignore_streams: bool = False,
     explain: bool = True,
+    torch: str | None = None,
 ) -> ReplayResult:
-    """Replays `trace` through the allocator on a simulated GPU (`cachalot replay --json`)."""
+    """Replays `trace` through the allocator on a simulated GPU (`cachalot replay --json`).
+    `torch`: the release whose decisions to make where releases differ ("2.9", "2.9.1+cu128";
+    default: the release the trace's STEM.device.json recorded, else 2.15); a configuration
+    that release rejects raises ConfigError, and what is not replayed as it decides is a
+    warning (`to_dict()["torch_warnings"]`)."""
     with _path(trace) as p:
         data, text, status = _native.replay(
             p,
@@ -269,8 +281,11 @@ def replay(
             _count(device, "device"),
             ignore_streams,
             explain,
+            _text(torch, "torch"),
         )
-    return ReplayResult(json.loads(data), text, status)
+    result = ReplayResult(json.loads(data), text, status)
+    _warn_torch(result.data)
+    return result
 
 
 def tune(
@@ -291,7 +306,7 @@ def tune(
     `gpu`: a GPU name instead of a capacity; without either, a snapshot's recorded capacity.
     `html`: also build the HTML report (shown inline in Jupyter).
     `torch`: the release the job runs on ("2.9", "2.9.1+cu128"; default 2.15): only keys and
-    values it accepts are recommended."""
+    values it accepts are recommended, and every replay makes its decisions."""
     with _paths(traces) as ps:
         data, text, page = _native.tune(
             ps,
@@ -305,9 +320,11 @@ def tune(
             _size(headroom, "headroom"),
             _count(device, "device"),
             all_devices,
-            torch,
+            _text(torch, "torch"),
         )
-    return TuneResult(json.loads(data), text, page)
+    result = TuneResult(json.loads(data), text, page)
+    _warn_torch(result.data)
+    return result
 
 
 def min_capacity(
@@ -352,8 +369,10 @@ def compare(
     threads: int | None = None,
     cost: dict[str, float] | None = None,
     html: bool = True,
+    torch: str | None = None,
 ) -> CompareResult:
-    """Compares configurations on `traces` (`cachalot compare`); the default is always a row."""
+    """Compares configurations on `traces` (`cachalot compare`); the default is always a row.
+    `torch`: the release whose decisions every row makes, as for `replay`."""
     if isinstance(confs, str):
         confs = [confs]
     if not isinstance(confs, (list, tuple)):
@@ -374,8 +393,11 @@ def compare(
             _size(headroom, "headroom"),
             _count(device, "device"),
             all_devices,
+            _text(torch, "torch"),
         )
-    return CompareResult(json.loads(data), text, page)
+    result = CompareResult(json.loads(data), text, page)
+    _warn_torch(result.data)
+    return result
 
 
 def explain(

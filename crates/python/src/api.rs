@@ -85,7 +85,12 @@ impl ArgumentError {
 /// The Python exception for `e`, with the message the CLI prints after `cachalot: `.
 fn to_py(e: anyhow::Error) -> PyErr {
     let msg = format!("{e:#}");
-    if e.chain().any(|c| c.is::<RustConfigError>()) || e.chain().any(is_advisor_config) {
+    let rejected =
+        |c: &(dyn std::error::Error + 'static)| c.is::<cachalot_app::release::Rejected>();
+    if e.chain().any(|c| c.is::<RustConfigError>())
+        || e.chain().any(is_advisor_config)
+        || e.chain().any(rejected)
+    {
         ConfigError::new_err(msg)
     } else if e.chain().any(|c| c.is::<LoadError>()) || msg.contains("does not exist") {
         TraceError::new_err(msg)
@@ -117,9 +122,18 @@ pub(crate) fn json_string(v: &serde_json::Value) -> Result<String> {
 /// Python keeps no notes of its own on stderr: a library call does not print.
 fn silent(_: String) {}
 
+/// `torch=`: the release, read as `--torch` reads it; ArgumentError quoting a bad one.
+fn release(torch: Option<String>) -> PyResult<Option<cachalot_core::config::TorchVersion>> {
+    torch
+        .map(|t| t.parse::<cachalot_core::config::TorchVersion>())
+        .transpose()
+        .map_err(|e| ArgumentError::new_err(e.to_string()))
+}
+
 /// `cachalot replay`: returns (JSON of `replay --json`, the summary text, exit status).
 #[pyfunction]
-#[pyo3(signature = (trace=None, conf=None, capacity=None, device=None, ignore_streams=false, explain=true))]
+#[pyo3(signature = (trace=None, conf=None, capacity=None, device=None, ignore_streams=false, explain=true, torch=None))]
+#[allow(clippy::too_many_arguments)]
 pub fn replay(
     py: Python<'_>,
     trace: Option<PathBuf>,
@@ -128,7 +142,9 @@ pub fn replay(
     device: Option<u32>,
     ignore_streams: bool,
     explain: bool,
+    torch: Option<String>,
 ) -> PyResult<(String, String, u8)> {
+    let release = release(torch)?;
     detached(py, move || {
         let req = ReplayRequest {
             trace,
@@ -137,6 +153,7 @@ pub fn replay(
             device,
             ignore_streams,
             explain,
+            release,
             ..ReplayRequest::default()
         };
         let r = cachalot_app::replay::replay(req, &mut silent)?;
@@ -185,10 +202,7 @@ pub fn tune(
     all_devices: bool,
     torch: Option<String>,
 ) -> PyResult<(String, String, String)> {
-    let release = torch
-        .map(|t| t.parse::<cachalot_core::config::TorchVersion>())
-        .transpose()
-        .map_err(|e| ArgumentError::new_err(e.to_string()))?;
+    let release = release(torch)?;
     detached(py, move || {
         let req = TuneRequest {
             traces,
@@ -210,7 +224,7 @@ pub fn tune(
 
 /// `cachalot compare`: (JSON, text, HTML or "").
 #[pyfunction]
-#[pyo3(signature = (traces, confs, capacity=None, min_capacity=true, threads=None, costs=vec![], html=false, gpu=None, headroom=None, device=None, all_devices=false))]
+#[pyo3(signature = (traces, confs, capacity=None, min_capacity=true, threads=None, costs=vec![], html=false, gpu=None, headroom=None, device=None, all_devices=false, torch=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn compare(
     py: Python<'_>,
@@ -225,13 +239,16 @@ pub fn compare(
     headroom: Option<u64>,
     device: Option<u32>,
     all_devices: bool,
+    torch: Option<String>,
 ) -> PyResult<(String, String, String)> {
+    let release = release(torch)?;
     detached(py, move || {
         let req = CompareRequest {
             traces,
             confs,
             capacity,
             min_capacity,
+            release,
             common: advisor(device, all_devices, gpu, headroom, threads, costs),
         };
         let r = cachalot_app::compare::compare(&req, None, &mut silent)?;
