@@ -283,9 +283,11 @@ def test_a_job_larger_than_the_machine_runs_only_the_ranks_asked_for(tmp_path_fa
         assert _pct(r["peak_reserved"], m["peak_reserved"]) <= 2.0, (r, m)
         assert r["nccl_communicators"][0] == 4
     assert sorted(f.name for f in (d / "t").glob("*.pickle")) == ["rank0.pickle", "rank3.pickle"]
-    # each trace says which device of the node it was
+    # each trace says which device of the node it was, and which torch ran (replay, compare
+    # and tune make that release's decisions)
     info = json.loads((d / "t" / "rank3.device.json").read_text())
     assert [x["index"] for x in info["devices"]] == [3]
+    assert info["torch_version"] == answer["torch"] != "?"
 
 
 def test_spawn_of_a_larger_world_starts_only_the_executed_ranks(tmp_path):

@@ -465,15 +465,21 @@ def write_trace(snapshot: Path, output: str, work: Path) -> str:
     return output
 
 
-def write_device_info(output: str, gpu: gpus.Gpu, index: int = 0) -> None:
+def write_device_info(
+    output: str, gpu: gpus.Gpu, index: int = 0, torch_version: str | None = None
+) -> None:
     """`STEM.device.json` beside a trace written to a regular file, as `cachalot record`
     writes it: `cachalot tune --gpu` then knows which GPU the trace was captured as, and
-    which device of the node it was (a rank's own, `index`)."""
+    which device of the node it was (a rank's own, `index`); `tune`, `replay` and `compare`
+    make the decisions of the torch release that ran (`torch_version`, torch.__version__ of
+    the captured process)."""
     if os.path.isfile(output):
         conf = _recorder.native().env_conf()  # as torch reads it, in Rust
         described = gpus.device_info(gpu, conf)
         for d in described["devices"]:
             d["index"] = index
+        if torch_version:
+            described["torch_version"] = torch_version
         info = json.dumps(described, indent=1).encode()
         _recorder.native().write_output(_recorder.info_path(output), info)
 

@@ -219,11 +219,11 @@ def wrong_world(job: Job, cover: Cover) -> list[str]:
     return lines
 
 
-def _write_trace(snapshot: str, output: str, work: Path, gpu: gpus.Gpu, device: int) -> str:
+def _write_trace(meta: dict[str, Any], output: str, work: Path, gpu: gpus.Gpu, device: int) -> str:
     from .launch import write_device_info, write_trace
 
-    out = write_trace(Path(snapshot), output, work)
-    write_device_info(out, gpu, device)
+    out = write_trace(Path(meta["snapshot"]), output, work)
+    write_device_info(out, gpu, device, meta.get("torch"))
     return out
 
 
@@ -265,7 +265,7 @@ def predict(
         if many:
             _recorder.native().check_output(out)
         device = (meta.get("devices") or [0])[0]  # the rank's own device of the node
-        written = _write_trace(meta["snapshot"], out, work, gpu, device)
+        written = _write_trace(meta, out, work, gpu, device)
         # A FIFO or device took the trace: the prediction reads the captured copy.
         traces.append(written if os.path.isfile(written) else meta["snapshot"])
     warnings = []
