@@ -336,9 +336,10 @@ def min_capacity(
     threads: int | None = None,
     cost: dict[str, float] | None = None,
     html: bool = False,
+    torch: str | None = None,
 ) -> MinCapacityResult:
     """The smallest device `traces` fit on, and the configuration to use there
-    (`cachalot tune --min-capacity`)."""
+    (`cachalot tune --min-capacity`); `torch` as for `tune`."""
     with _paths(traces) as ps:
         data, text, page = _native.tune(
             ps,
@@ -352,8 +353,11 @@ def min_capacity(
             None,
             _count(device, "device"),
             all_devices,
+            _text(torch, "torch"),
         )
-    return MinCapacityResult(json.loads(data), text, page)
+    result = MinCapacityResult(json.loads(data), text, page)
+    _warn_torch(result.data)
+    return result
 
 
 def compare(

@@ -87,6 +87,11 @@ def test_with_torch_python_is_the_cli():
     assert t.to_dict() == json.loads(cli(*args, "--json"))
     assert str(t) == cli(*args)
 
+    m = cachalot.min_capacity(plain, top=2, torch="2.9")
+    args = ["tune", str(plain), "--min-capacity", "--top", "2", "--torch", "2.9", "-q"]
+    assert m.to_dict() == json.loads(cli(*args, "--json"))
+    assert m.to_dict()["torch"] == "2.9"
+
 
 def test_bad_releases_and_rejected_lines():
     for call in (cachalot.replay, cachalot.compare):
