@@ -7,11 +7,13 @@
 //! trace without an out-of-memory. Candidates: `expandable_segments:True`,
 //! `max_split_size_mb` at 64, 128, 256 and 512, `roundup_power2_divisions:4`, and, when the
 //! configuration sets a memory fraction below 1 (without one, torch's garbage collector never
-//! runs), `garbage_collection_threshold:0.6`.
+//! runs), `garbage_collection_threshold:0.6`. For an older torch release (`AllocConf::torch`)
+//! the candidates keep to what it accepts and what cachalot replays of its decisions, and the
+//! replays make them.
 
 use std::fmt;
 
-use cachalot_core::config::{ConfigError, parse_pytorch};
+use cachalot_core::config::{ConfigError, VersionNote, parse_pytorch};
 use cachalot_core::{AllocConf, TraceAction, format_size};
 use cachalot_sim::SimConfig;
 use cachalot_torchfmt::{
@@ -84,18 +86,32 @@ pub fn candidate_options(base: &AllocConf) -> Vec<String> {
     if base.per_process_memory_fraction < 1.0 && base.garbage_collection_threshold == 0.0 {
         v.push("garbage_collection_threshold:0.6".to_string());
     }
+    // What base's release rejects, or decides otherwise than the replay, is no advice for it.
+    let unfaithful = |line: &str| {
+        let notes = base.torch.check(line);
+        notes
+            .iter()
+            .filter(|n| !matches!(n, VersionNote::Differs { replayed: true, .. }))
+            .count()
+    };
+    let before = unfaithful(&base.last_allocator_settings);
+    v.retain(|o| unfaithful(&line_with(base, o)) <= before);
     v
+}
+
+/// `base`'s line with `option` added.
+fn line_with(base: &AllocConf, option: &str) -> String {
+    if base.last_allocator_settings.trim().is_empty() {
+        option.to_string()
+    } else {
+        format!("{},{option}", base.last_allocator_settings)
+    }
 }
 
 /// `base` with `option` added (a later key wins, as in torch's parser); cachalot's own
 /// options and the torch release whose decisions `base` makes are kept.
 pub fn with_option(base: &AllocConf, option: &str) -> Result<AllocConf, ConfigError> {
-    let s = if base.last_allocator_settings.trim().is_empty() {
-        option.to_string()
-    } else {
-        format!("{},{option}", base.last_allocator_settings)
-    };
-    let (mut conf, _) = parse_pytorch(&s)?;
+    let (mut conf, _) = parse_pytorch(&line_with(base, option))?;
     conf.cachalot = base.cachalot.clone();
     Ok(conf.for_torch(base.torch))
 }
@@ -520,4 +536,34 @@ fn rebuild_at(
             })
             .collect(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conf(line: &str, torch: &str) -> AllocConf {
+        parse_pytorch(line)
+            .unwrap()
+            .0
+            .for_torch(torch.parse().unwrap())
+    }
+
+    #[test]
+    fn an_older_release_is_advised_only_what_it_accepts_and_is_replayed() {
+        // torch 2.4 stops the program where expandable segments meet max_split_size_mb
+        let splits = |c: &AllocConf| {
+            candidate_options(c)
+                .iter()
+                .filter(|o| o.starts_with("max_split_size_mb"))
+                .count()
+        };
+        assert_eq!(splits(&conf("expandable_segments:True", "2.15")), 4);
+        assert_eq!(splits(&conf("expandable_segments:True", "2.5")), 4);
+        assert_eq!(splits(&conf("expandable_segments:True", "2.4")), 0);
+        // and the candidates replay with the release's decisions
+        let c = conf("", "2.9");
+        let with = with_option(&c, "max_split_size_mb:64").unwrap();
+        assert_eq!(with.torch, c.torch);
+    }
 }
