@@ -123,7 +123,7 @@ def test_a_captured_trace_replays_as_the_release_that_ran(tmp_path):
     assert info["torch_version"] == "2.9.1+cu128"
     r = cachalot.replay(trace, conf=LIST, capacity="80G")
     assert r.to_dict()["torch"] == "2.9"
-    assert "the release the trace was recorded with" in str(r)
+    assert "the release the snapshot was recorded with" in str(r)
     asked = cachalot.replay(GPT2, conf=LIST, capacity="80G", torch="2.9")
     assert r.to_dict()["peak"] == asked.to_dict()["peak"]
     # --torch wins over the recording

@@ -90,7 +90,7 @@ impl Release {
     /// For people: `torch 2.9` and where that came from.
     pub fn describe(&self) -> String {
         let from = if self.recorded {
-            " (the release the trace was recorded with; --torch to choose another)"
+            " (the release the snapshot was recorded with; --torch to choose another)"
         } else {
             ""
         };

@@ -73,7 +73,7 @@ fn the_recorded_release_is_tuned_for_unless_another_is_asked() {
         "{lines:?}"
     );
     assert!(
-        text.contains("for torch 2.9 (the release the trace was recorded with"),
+        text.contains("for torch 2.9 (the release the snapshot was recorded with"),
         "{text}"
     );
 
