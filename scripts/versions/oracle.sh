@@ -5,6 +5,7 @@
 #
 #   scripts/versions/oracle.sh X.Y            # build once (one torch wheel, ~0.3-0.9 GB download)
 #   scripts/versions/oracle.sh X.Y --check    # exit 0 when built and up to date
+#   scripts/versions/oracle.sh --ci           # CI: every release not yet built (see below)
 #   ~/.cache/cachalot-oracle-X.Y/oracle [shared/oracle options] TRACE.csv
 #
 # What it does: `pip download --no-deps` of torch X.Y's wheel (the patch release in
@@ -20,6 +21,13 @@
 # with pip; default ~/.cache/cachalot-torch/bin/python, else python3), ORACLE_PIP_ARGS (extra
 # pip download arguments, e.g. "--no-index --find-links DIR" for local wheels), CXX, CC, OPT,
 # CACHALOT_SHARED (default: shared/ beside the checkout).
+#
+# Exit status: 0 built (or already built), 3 when a download fails (the registry cannot be
+# reached, the release is gone: not this script's fault), 1 on any other failure (a tool is
+# missing, the sources do not compile, the smoke test fails). `--ci` builds every release of
+# releases.sh in turn (the newest only where shared/oracle is not set up, as that one is the
+# newest's judge), prints one "ci: SKIP" line for a release whose download failed and exits 1
+# only if a build failed otherwise; with everything built it does nothing and says so.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -29,7 +37,32 @@ die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
 # shellcheck source=releases.sh
 source "$HERE/releases.sh"
 
-[[ $# -ge 1 ]] || die "usage: $PROG X.Y [--check]   (X.Y one of: ${VERSIONS[*]%.*})"
+[[ $# -ge 1 ]] || die "usage: $PROG X.Y [--check] | --ci   (X.Y one of: ${VERSIONS[*]%.*})"
+if [[ "$1" == --ci ]]; then
+  SHARED="${CACHALOT_SHARED:-$ROOT/../shared}"
+  if [[ ! -f "$SHARED/oracle/src/oracle/torch_oracle.cpp" ]]; then
+    say "ci: SKIP torch oracles: no oracle sources at $SHARED/oracle/src (set CACHALOT_SHARED); their tests skip"
+    exit 0
+  fi
+  failed=0
+  for full in "${VERSIONS[@]}"; do
+    line="${full%.*}"
+    if [[ "$full" == "${VERSIONS[-1]}" ]] && "$SHARED/oracle/setup.sh" --check >/dev/null 2>&1; then
+      continue  # shared/oracle is this release's judge
+    fi
+    "$0" "$line" --check 2>/dev/null && continue
+    t=$SECONDS
+    rc=0
+    "$0" "$line" >/dev/null || rc=$?
+    case $rc in
+      0) say "ci: torch $line oracle built in $((SECONDS - t)) s" ;;
+      3) say "ci: SKIP torch $line oracle: its wheels could not be downloaded (pip's message above); its tests skip" ;;
+      *) say "ci: torch $line oracle: the build failed (above)"; failed=1 ;;
+    esac
+  done
+  say "ci: torch oracles: $(for full in "${VERSIONS[@]}"; do "$0" "${full%.*}" --check 2>/dev/null && printf '%s ' "${full%.*}"; done)built"
+  exit "$failed"
+fi
 LINE="$1"
 MODE="${2:-build}"
 FULL="$(release_of "$LINE")"
@@ -88,7 +121,10 @@ mkdir -p "$DL" "$NEW"
 fetch() {  # pip download --no-deps of one requirement into $DL
   # shellcheck disable=SC2086
   "$PYTHON" -m pip download -q --no-deps --no-cache-dir --disable-pip-version-check "${PIP_TAGS[@]}" \
-    -d "$DL" "$1" ${ORACLE_PIP_ARGS:-} || die "pip download $1 failed (pip's message above)"
+    -d "$DL" "$1" ${ORACLE_PIP_ARGS:-} || {
+    printf '%s: error: pip download %s failed (see pip above)\n' "$PROG" "$1" >&2
+    exit 3
+  }
 }
 unpack() {  # WHEEL DEST PREFIX=>DIR...: the members under each PREFIX, into DEST/DIR
   "$PYTHON" - "$@" <<'PY'
@@ -162,7 +198,11 @@ ABI=()
   ABI=(-D_GLIBCXX_USE_CXX11_ABI=0)
 "$CXX" $OPT -fPIC -std=c++17 -w "${INC[@]}" -c "$B/src/fake_cudart/fake_cudart.cpp" -o "$B/fake_cudart.o" &
 pid=$!
-"$CXX" $OPT -std=c++20 -w "${ABI[@]}" "${INC[@]}" -c "$B/src/oracle/torch_oracle.cpp" -o "$B/torch_oracle.o" ||
+# torch's CUDA wheels are compiled with PYTORCH_C10_DRIVER_API_SUPPORTED; without it the inline
+# CUDAAllocatorConfig::expandable_segments() of older headers (2.4's) warns "not supported on
+# this platform" and reports false to the replayer while the library's allocator expands.
+"$CXX" $OPT -std=c++20 -w "${ABI[@]}" -DPYTORCH_C10_DRIVER_API_SUPPORTED "${INC[@]}" \
+  -c "$B/src/oracle/torch_oracle.cpp" -o "$B/torch_oracle.o" ||
   die "torch_oracle.cpp does not compile against torch $FULL's headers (compiler output above)"
 wait "$pid" || die "fake_cudart.cpp does not compile against CUDA $MAJOR's headers (compiler output above)"
 # Runtime entry points c10 imports or the real runtime exports that the fake lacks: stubs

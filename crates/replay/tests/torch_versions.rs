@@ -7,6 +7,11 @@
 //! is not built is skipped with the command that builds it. Where a release rejects a
 //! scenario's configuration, the versions table must say so too (`TorchVersion::check`).
 //!
+//! A second test holds the versions table's verdict on single entries (every key cachalot knows,
+//! the `max_split_size_mb` minimum, a key no torch has) to each release's own parser: the
+//! oracle reads `PYTORCH_CUDA_ALLOC_CONF` at startup and exits 2 with torch's error when the
+//! release refuses it.
+//!
 //! `TORCH_VERSIONS=2.9,2.10` limits the releases, `GOLDEN_FILTER=substring` the scenarios.
 
 #[allow(unused_imports)]
@@ -15,7 +20,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use cachalot_core::config::{TorchVersion, VersionNote};
+use cachalot_core::config::{KEYS, TorchVersion, VersionNote};
 use cachalot_testkit::{fixtures, read_json, shared, skip};
 use common::{Case, differences, run_ours_as, try_run_oracle};
 
@@ -41,16 +46,28 @@ fn version_oracle(v: TorchVersion) -> Result<PathBuf, String> {
     Ok(base.join(format!("cachalot-oracle-{v}/oracle")))
 }
 
-/// The releases to check: `TORCH_VERSIONS`, else all but 2.15 (whose oracle is shared/'s,
-/// held to cachalot by the golden tests).
-fn releases() -> Vec<TorchVersion> {
+/// torch `v`'s oracle as [`version_oracle`] finds it, or for 2.15 shared/oracle's where that
+/// one is set up.
+fn any_oracle(v: TorchVersion) -> Result<PathBuf, String> {
+    version_oracle(v).or_else(|why| {
+        if v == TorchVersion::NEWEST {
+            cachalot_testkit::oracle().map_err(|e| format!("{why}; and {e}"))
+        } else {
+            Err(why)
+        }
+    })
+}
+
+/// The releases to check: `TORCH_VERSIONS`, else all (`with_newest`) or all but 2.15 (whose
+/// allocator the golden tests hold cachalot to).
+fn releases(with_newest: bool) -> Vec<TorchVersion> {
     match std::env::var("TORCH_VERSIONS") {
         Ok(list) => list
             .split(',')
             .map(|s| s.parse().expect("TORCH_VERSIONS: a list like 2.9,2.10"))
             .collect(),
         Err(_) => TorchVersion::all()
-            .filter(|&v| v != TorchVersion::NEWEST)
+            .filter(|&v| with_newest || v != TorchVersion::NEWEST)
             .collect(),
     }
 }
@@ -128,35 +145,150 @@ fn check_release(v: TorchVersion, oracle: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn golden_scenarios_match_each_release() {
-    let mut failures = Vec::new();
-    let mut checked = 0;
-    for v in releases() {
+    let mut judged = Vec::new();
+    for v in releases(false) {
         if !v.replays_decisions() {
             eprintln!(
                 "torch {v}: its decisions are not replayed (TorchVersion::replays_decisions)"
             );
             continue;
         }
-        let oracle = match version_oracle(v) {
+        match version_oracle(v) {
+            Ok(o) => judged.push((v, o)),
+            Err(why) => skip(&why),
+        }
+    }
+    // One release per core at a time: each replays every golden scenario twice.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut failures = Vec::new();
+    for group in judged.chunks(cores) {
+        std::thread::scope(|s| {
+            let runs: Vec<_> = group
+                .iter()
+                .map(|(v, oracle)| (v, s.spawn(|| check_release(*v, oracle))))
+                .collect();
+            for (v, run) in runs {
+                let found = run.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                failures.extend(found.into_iter().map(|f| format!("torch {v}: {f}")));
+            }
+        });
+    }
+    assert!(
+        failures.is_empty(),
+        "{} golden scenarios differ from their release's allocator:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// A value torch 2.15's parser takes for `key` (a key of [`KEYS`]), so that a release that
+/// knows the key accepts the entry.
+fn sample_value(key: &str, unit: &str) -> &'static str {
+    match (key, unit) {
+        (_, "True/False") => "True",
+        (_, "MiB") => "64",
+        ("backend", _) => "native",
+        ("roundup_power2_divisions", _) => "4",
+        ("garbage_collection_threshold", _) => "0.5",
+        ("per_process_memory_fraction", _) => "0.9",
+        ("pinned_num_register_threads", _) => "8",
+        ("expandable_segments_reserve", _) => "0.5",
+        ("expandable_segments_reserve_by_class", _) => "[a:0.5]",
+        _ => panic!("no sample value for the key {key} ({unit}): add one to sample_value"),
+    }
+}
+
+/// The lines every release's parser judges: each key cachalot knows (aliases, the legacy key and
+/// cachalot's own keys included) with a value torch 2.15 takes, the split minimums on either
+/// side of each release's, a key no torch has, and the empty line.
+fn parser_lines() -> Vec<String> {
+    let mut lines = vec![String::new(), "no_such_key:1".to_string()];
+    for k in KEYS {
+        let value = sample_value(k.name, k.unit);
+        for name in std::iter::once(&k.name).chain(k.aliases) {
+            lines.push(format!("{name}:{value}"));
+        }
+    }
+    for key in ["max_split_size_mb", "max_non_split_rounding_mb"] {
+        for mb in 19..=21 {
+            lines.push(format!("{key}:{mb}"));
+        }
+    }
+    lines
+}
+
+/// Whether torch `v`'s parser (its oracle at startup) accepts `conf`; `Err` holds the
+/// error it gives, or why the oracle did not run.
+fn oracle_accepts(
+    oracle: &std::path::Path,
+    trace: &std::path::Path,
+    conf: &str,
+) -> Result<bool, String> {
+    let out = Command::new(oracle)
+        .arg(trace)
+        .env("FAKE_CUDA_CAPACITY", (1u64 << 30).to_string())
+        .env("PYTORCH_CUDA_ALLOC_CONF", conf)
+        .env_remove("PYTORCH_ALLOC_CONF")
+        .env_remove("PYTORCH_NO_CUDA_MEMORY_CACHING")
+        .output()
+        .map_err(|e| format!("{} does not run: {e}", oracle.display()))?;
+    match out.status.code() {
+        Some(0) => Ok(true),
+        Some(2) => Ok(false),
+        _ => Err(format!(
+            "{} on {conf:?}: {} ({})",
+            oracle.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
+}
+
+#[test]
+fn each_releases_parser_agrees_with_the_versions_table() {
+    let dir = cachalot_testkit::scratch();
+    // The parse happens before the trace is read: one allocation is enough.
+    let trace = dir.path().join("one.csv");
+    std::fs::write(
+        &trace,
+        "Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x1,1,0\n1,1,deallocate,0x1,1,0\n",
+    )
+    .unwrap();
+    let lines = parser_lines();
+    let mut failures = Vec::new();
+    for v in releases(true) {
+        let oracle = match any_oracle(v) {
             Ok(o) => o,
             Err(why) => {
                 skip(&why);
                 continue;
             }
         };
-        checked += 1;
-        failures.extend(
-            check_release(v, &oracle)
-                .into_iter()
-                .map(|f| format!("torch {v}: {f}")),
+        let (before, mut refused) = (failures.len(), 0);
+        for line in &lines {
+            let table = !v.check(line).iter().any(VersionNote::is_rejection);
+            let theirs =
+                oracle_accepts(&oracle, &trace, line).unwrap_or_else(|e| panic!("torch {v}: {e}"));
+            if theirs != table {
+                failures.push(format!(
+                    "torch {v} {} {line:?}; the versions table says it {}",
+                    if theirs { "accepts" } else { "rejects" },
+                    if table { "accepts it" } else { "rejects it" }
+                ));
+            }
+            refused += usize::from(!theirs);
+        }
+        eprintln!(
+            "torch {v}: its parser refuses {refused} of {} lines; the table's verdict differs on {}",
+            lines.len(),
+            failures.len() - before
         );
-    }
-    if checked == 0 {
-        return;
+        // The judge can say no (no release knows `no_such_key`).
+        assert!(refused > 0, "torch {v}'s oracle refused nothing");
     }
     assert!(
         failures.is_empty(),
-        "{} golden scenarios differ from their release's allocator:\n{}",
+        "{} verdicts differ:\n{}",
         failures.len(),
         failures.join("\n")
     );
