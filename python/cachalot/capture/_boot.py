@@ -173,6 +173,7 @@ class _Session:
             "argv": list(sys.argv),
             "other_allocator": foreign,
             "torch": torch.__version__,
+            "cuda": torch.version.cuda,  # the CUDA the wheels were built for
             "device": torch.cuda.get_device_name() if used_cuda else None,
             "devices": devices,
             "used_cuda": used_cuda,

@@ -466,13 +466,17 @@ def write_trace(snapshot: Path, output: str, work: Path) -> str:
 
 
 def write_device_info(
-    output: str, gpu: gpus.Gpu, index: int = 0, torch_version: str | None = None
+    output: str,
+    gpu: gpus.Gpu,
+    index: int = 0,
+    torch_version: str | None = None,
+    cuda_version: str | None = None,
 ) -> None:
     """`STEM.device.json` beside a trace written to a regular file, as `cachalot record`
     writes it: `cachalot tune --gpu` then knows which GPU the trace was captured as, and
     which device of the node it was (a rank's own, `index`); `tune`, `replay` and `compare`
     make the decisions of the torch release that ran (`torch_version`, torch.__version__ of
-    the captured process)."""
+    the captured process, with its `torch.version.cuda` as `cuda_version`)."""
     if os.path.isfile(output):
         conf = _recorder.native().env_conf()  # as torch reads it, in Rust
         described = gpus.device_info(gpu, conf)
@@ -480,6 +484,8 @@ def write_device_info(
             d["index"] = index
         if torch_version:
             described["torch_version"] = torch_version
+        if cuda_version:
+            described["cuda_version"] = cuda_version
         info = json.dumps(described, indent=1).encode()
         _recorder.native().write_output(_recorder.info_path(output), info)
 

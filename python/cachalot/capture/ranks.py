@@ -223,7 +223,7 @@ def _write_trace(meta: dict[str, Any], output: str, work: Path, gpu: gpus.Gpu, d
     from .launch import write_device_info, write_trace
 
     out = write_trace(Path(meta["snapshot"]), output, work)
-    write_device_info(out, gpu, device, meta.get("torch"))
+    write_device_info(out, gpu, device, meta.get("torch"), meta.get("cuda"))
     return out
 
 
