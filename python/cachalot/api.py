@@ -124,7 +124,7 @@ def _text(value: str | None, what: str) -> str | None:
 def _warn_torch(data: dict[str, Any]) -> None:
     """Each decision of the release the replays did not make, as a Python warning."""
     for w in data.get("torch_warnings", []):
-        warnings.warn(f"cachalot: {w}", stacklevel=3)
+        warnings.warn(w, stacklevel=3)
 
 
 def _costs(cost: dict[str, float] | None) -> list[str]:
