@@ -78,6 +78,7 @@ pub(crate) struct Block {
     /// Creation number of the segment the block belongs to (torch's
     /// `registration_counter`): every piece of a segment shares it. The free set orders
     /// equal-sized blocks by it before their address, so older segments are reused first.
+    /// Torch 2.12 numbers each block as it is made instead (`State::piece_number`).
     pub segment_id: u32,
 }
 

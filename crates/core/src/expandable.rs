@@ -263,7 +263,7 @@ impl<D: Device> State<D> {
         self.remove_unmapped(id);
         self.blocks[id].mapped = true;
         if mapped < bsize {
-            let seg_id = self.blocks[id].segment_id;
+            let seg_id = self.piece_number(self.blocks[id].segment_id);
             let rest = self.new_block(ptr + mapped, bsize - mapped, stream, pool, seg_id);
             let next = self.blocks[id].next;
             {
@@ -325,7 +325,7 @@ impl<D: Device> State<D> {
         debug_assert!(removed);
         let before = unmapped_ptr - ptr;
         if before > 0 {
-            let seg_id = self.blocks[id].segment_id;
+            let seg_id = self.piece_number(self.blocks[id].segment_id);
             let bf = self.new_block(ptr, before, stream, pool, seg_id);
             let prev = self.blocks[id].prev;
             self.blocks[bf].expandable = seg_index as u32;
@@ -339,7 +339,7 @@ impl<D: Device> State<D> {
         }
         let after = bsize - (before + unmapped_size);
         if after > 0 {
-            let seg_id = self.blocks[id].segment_id;
+            let seg_id = self.piece_number(self.blocks[id].segment_id);
             let af = self.new_block(unmapped_ptr + unmapped_size, after, stream, pool, seg_id);
             let next = self.blocks[id].next;
             self.blocks[af].expandable = seg_index as u32;

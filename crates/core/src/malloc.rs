@@ -213,6 +213,7 @@ impl<D: Device> State<D> {
             // The original block becomes the remainder; a new block takes the front, handed
             // out as it is made.
             let (ptr, prev, exp, seg) = (b.ptr, b.prev, b.expandable, b.segment_id);
+            let seg = self.piece_number(seg);
             let user = self.blocks.insert(Block {
                 requested_size: orig_size,
                 allocated: true,

@@ -194,13 +194,24 @@ impl<D: Device> State<D> {
 
     /// Takes the next segment creation number.
     pub fn take_segment_id(&mut self) -> u32 {
-        // Before 2.13 ties in the free sets go by address alone: every segment is number 0.
-        if !self.conf.torch.orders_ties_by_segment_age() {
+        let torch = self.conf.torch;
+        // Up to 2.11 ties in the free sets go by address alone: every segment is number 0.
+        if !torch.orders_ties_by_segment_age() && !torch.orders_ties_by_block_age() {
             return 0;
         }
         let id = self.next_segment_id;
         self.next_segment_id = self.next_segment_id.wrapping_add(1);
         id
+    }
+
+    /// The tie-break number of a block cut from one numbered `of`: the same number, or on
+    /// torch 2.12 (which numbers every block as it is made) the next one.
+    pub fn piece_number(&mut self, of: u32) -> u32 {
+        if self.conf.torch.orders_ties_by_block_age() {
+            self.take_segment_id()
+        } else {
+            of
+        }
     }
 
     /// A fresh block, not linked, not in any set, of the segment numbered `segment_id`.
