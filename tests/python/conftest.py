@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,12 @@ import cachalot
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE_ROOT = Path(cachalot.__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
+# the torch venv scripts/python_env.sh makes (CACHALOT_VENV), or CACHALOT_TORCH_PYTHON's interpreter
 TORCH_PYTHON = Path(
-    os.environ.get("CACHALOT_TORCH_PYTHON", Path.home() / ".cache/cachalot-torch/bin/python")
+    os.environ.get(
+        "CACHALOT_TORCH_PYTHON",
+        Path(os.environ.get("CACHALOT_VENV", Path.home() / ".cache/cachalot-torch")) / "bin/python",
+    )
 )
 FAKEGPU = Path(os.environ.get("CACHALOT_FAKEGPU", REPO.parent / "shared" / "fakegpu"))
 FAKEGPU_BUILD = Path(os.environ.get("FAKEGPU_BUILD", Path.home() / ".cache" / "cachalot-fakegpu"))
@@ -64,6 +69,26 @@ def package_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
     env.update(extra or {})
     return env
+
+
+@cache
+def _cannot_import(modules: tuple[str, ...]) -> str | None:
+    """Why the torch venv's interpreter cannot import `modules`, or None (asked once per
+    worker: importing torch takes seconds)."""
+    if not TORCH_PYTHON.exists():
+        return f"no torch venv at {TORCH_PYTHON} (.ci/run installs it; set CACHALOT_TORCH_PYTHON)"
+    imports = ", ".join(modules)
+    p = subprocess.run([str(TORCH_PYTHON), "-c", f"import {imports}"], capture_output=True)
+    return f"{TORCH_PYTHON} cannot import {imports}" if p.returncode else None
+
+
+def torch_python(*modules: str) -> str:
+    """The torch venv's interpreter for a test that runs it; skips the test where it is
+    missing or cannot import torch and `modules` (e.g. "transformers")."""
+    why = _cannot_import(("torch", *modules))
+    if why:
+        pytest.skip(why)
+    return str(TORCH_PYTHON)
 
 
 def fakegpu_missing() -> str | None:

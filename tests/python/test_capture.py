@@ -22,23 +22,12 @@ PY_SRC = REPO / "python"
 sys.path.insert(0, str(PY_SRC))
 
 from cachalot.capture import analysis, build, gpus  # noqa: E402 (after the path above)
+from conftest import TORCH_PYTHON, torch_python  # noqa: E402
 
 SHARED = Path(os.environ.get("CACHALOT_SHARED", REPO.parent / "shared"))
-VENV = os.environ.get("CACHALOT_VENV", os.path.expanduser("~/.cache/cachalot-torch"))
-TORCH_PY = os.environ.get("CACHALOT_TORCH_PYTHON", os.path.join(VENV, "bin", "python"))
+TORCH_PY = str(TORCH_PYTHON)
 STEP = 64 << 20
 EXPANDABLE = "expandable_segments:True"
-
-
-def _torch_python() -> str:
-    if not os.path.exists(TORCH_PY):
-        pytest.skip(f"no torch venv at {TORCH_PY} (set CACHALOT_TORCH_PYTHON)")
-    p = subprocess.run(
-        [TORCH_PY, "-c", "import torch, transformers"], capture_output=True, check=False
-    )
-    if p.returncode != 0:
-        pytest.skip(f"{TORCH_PY} cannot import torch and transformers")
-    return TORCH_PY
 
 
 def _engine() -> None:
@@ -60,7 +49,7 @@ def _run_capture(args: list[str], env_extra: dict | None = None) -> subprocess.C
 @pytest.fixture(scope="module")
 def truth(tmp_path_factory):
     """torch's own peaks for the small workload on shared/fakegpu, default and expandable."""
-    py = _torch_python()
+    py = torch_python("transformers")
     fakegpu = SHARED / "fakegpu"
     if not (fakegpu / "run.sh").exists():
         pytest.skip(f"no fake GPU at {fakegpu}")
@@ -92,7 +81,7 @@ def truth(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory):
-    _torch_python()
+    torch_python("transformers")
     _engine()
     d = tmp_path_factory.mktemp("capture")
     p = _run_capture(
@@ -156,7 +145,7 @@ def test_the_answer_is_complete_and_consistent(captured):
 
 
 def test_a_data_dependent_shape_is_named(tmp_path):
-    _torch_python()
+    torch_python("transformers")
     _engine()
     script = tmp_path / "nz.py"
     script.write_text(
@@ -169,7 +158,7 @@ def test_a_data_dependent_shape_is_named(tmp_path):
 
 
 def test_a_failing_script_still_answers_and_keeps_its_exit_status(tmp_path):
-    _torch_python()
+    torch_python("transformers")
     _engine()
     script = tmp_path / "fail.py"
     script.write_text(
@@ -181,7 +170,7 @@ def test_a_failing_script_still_answers_and_keeps_its_exit_status(tmp_path):
 
 
 def test_other_gpus_change_what_torch_is_told(tmp_path):
-    _torch_python()
+    torch_python("transformers")
     _engine()
     script = tmp_path / "dev.py"
     script.write_text(
@@ -207,7 +196,7 @@ def test_usage_errors_say_what_is_valid(tmp_path):
 
 
 def test_no_compiler_is_a_clear_error(tmp_path):
-    py = _torch_python()
+    py = torch_python("transformers")
     env = dict(os.environ, PYTHONPATH=str(PY_SRC), CACHALOT_CACHE=str(tmp_path), CXX="no-such-cxx")
     p = subprocess.run(
         [py, "-c", "from cachalot.capture import build; build.ensure_runtime()"],

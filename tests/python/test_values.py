@@ -17,27 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import FAKEGPU_BUILD, TORCH_PYTHON, torch_python
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 PY_SRC = REPO / "python"
 SHARED = Path(os.environ.get("CACHALOT_SHARED", REPO.parent / "shared"))
 FAKEGPU = SHARED / "fakegpu"
-VENV = os.environ.get("CACHALOT_VENV", os.path.expanduser("~/.cache/cachalot-torch"))
-TORCH_PY = os.environ.get("CACHALOT_TORCH_PYTHON", os.path.join(VENV, "bin", "python"))
-FAKEGPU_BUILD = Path(
-    os.environ.get("FAKEGPU_BUILD", os.path.expanduser("~/.cache/cachalot-fakegpu"))
-)
-
-
-def _torch_python() -> str:
-    if not os.path.exists(TORCH_PY):
-        pytest.skip(f"no torch venv at {TORCH_PY} (set CACHALOT_TORCH_PYTHON)")
-    p = subprocess.run(
-        [TORCH_PY, "-c", "import torch, transformers"], capture_output=True, check=False
-    )
-    if p.returncode != 0:
-        pytest.skip(f"{TORCH_PY} cannot import torch and transformers")
-    return TORCH_PY
+TORCH_PY = str(TORCH_PYTHON)
 
 
 def capture(script: Path, out: Path, env_extra: dict | None = None) -> dict:
@@ -117,7 +104,7 @@ def _pct(pred: int, meas: int) -> float:
 
 @pytest.fixture(scope="module")
 def padded(tmp_path_factory):
-    _torch_python()
+    torch_python("transformers")
     script = HERE / "padded_generate_workload.py"
     d = tmp_path_factory.mktemp("padded")
     (d / "truth").mkdir()
@@ -148,7 +135,7 @@ def test_the_padded_batch_steers_memory(padded):
 def test_the_value_tracking_leaves_the_allocation_stream_unchanged(tmp_path):
     """A GPT-2 training step (bf16 autocast, AdamW) and an unpadded generate: the same stream
     with and without the value tracking."""
-    _torch_python()
+    torch_python("transformers")
     script = HERE / "capture_small.py"
     on = capture(script, tmp_path / "on.pickle")
     off = capture(script, tmp_path / "off.pickle", {"CACHALOT_VALUES": "0"})
@@ -186,7 +173,7 @@ def _round(n: int) -> int:
 
 @pytest.fixture(scope="module")
 def moe(tmp_path_factory):
-    _torch_python()
+    torch_python("transformers")
     d = tmp_path_factory.mktemp("moe")
     script = HERE / "moe_workload.py"
     return {
@@ -244,7 +231,7 @@ def test_reads_of_known_values_equal_torch_on_the_cpu(tmp_path, release):
     (each release's own nonzero reads its count from the device)."""
     py = RELEASES[release]
     if release == "2.15":
-        _torch_python()
+        torch_python("transformers")
     elif not os.path.exists(py):
         pytest.skip(f"no torch {release} environment at {py} (scripts/python_env.sh --torch)")
     script = HERE / "values_reads_workload.py"
@@ -287,7 +274,7 @@ def test_a_routing_no_read_depends_on_runs_once_and_says_so(tmp_path):
     """Grouped GEMM experts: the expert offsets stay on the device, so the routing steers no
     host read through a computed value; the run is not repeated, and the reads of values that
     depend on the routing but cannot be computed (grouped_mm's offsets) are named."""
-    _torch_python()
+    torch_python("transformers")
     script = tmp_path / "grouped.py"
     script.write_text(GROUPED)
     r = capture(script, tmp_path / "g.pickle")
