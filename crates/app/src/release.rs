@@ -97,19 +97,6 @@ impl Release {
         format!("torch {}{from}", self.version)
     }
 
-    /// The warning for a release whose decisions cachalot does not replay at all, if this
-    /// is one.
-    pub fn not_replayed(&self) -> Option<String> {
-        (!self.version.replays_decisions()).then(|| {
-            format!(
-                "cachalot does not replay torch {v}'s decisions: torch {v} decides otherwise than \
-                 cachalot's allocator on most traces, even with the default configuration; \
-                 these numbers are not torch {v}'s",
-                v = self.version
-            )
-        })
-    }
-
     /// `resolved` (torch 2.15's reading of the configuration) as this release reads and
     /// decides it: before 2.9 `PYTORCH_ALLOC_CONF` is not read, a line it rejects is an
     /// error ([`Release::read`]), and the configuration makes its decisions
@@ -128,8 +115,7 @@ impl Release {
         }
         let reading = self.read(&resolved.conf.last_allocator_settings)?;
         notes.extend(reading.replayed);
-        let mut warnings: Vec<String> = self.not_replayed().into_iter().collect();
-        warnings.extend(reading.warnings);
+        let warnings = reading.warnings;
         resolved.conf = resolved.conf.for_torch(self.version);
         Ok(Settled {
             settings: resolved,
@@ -224,7 +210,5 @@ mod tests {
                 .unwrap(),
             Reading::default()
         );
-        assert!(at("2.12").not_replayed().unwrap().contains("torch 2.12"));
-        assert!(at("2.11").not_replayed().is_none());
     }
 }

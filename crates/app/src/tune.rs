@@ -83,9 +83,6 @@ pub fn tune(
         c
     };
     let release = Release::choose(req.release, req.traces.first().map(PathBuf::as_path));
-    if let Some(w) = release.not_replayed() {
-        notes(format!("warning: {w}"));
-    }
     let own = w.own_candidate(notes);
     let own_release_notes = own
         .as_ref()
@@ -145,9 +142,6 @@ impl Tuned {
         let mut v = self.outcome_json();
         if let Some(m) = v.as_object_mut() {
             m.insert("torch".into(), self.release.version.to_string().into());
-            if let Some(w) = self.release.not_replayed() {
-                m.insert("torch_warnings".into(), vec![w].into());
-            }
             if !self.own_release_notes.is_empty() {
                 m.insert(
                     "own_config_on_torch".into(),
@@ -206,9 +200,6 @@ impl Tuned {
                  cachalot replays for it; every replay made its decisions\n",
                 self.release.describe()
             ));
-        }
-        if let Some(w) = self.release.not_replayed() {
-            out.push_str(&format!("warning: {w}\n"));
         }
         for n in &self.own_release_notes {
             out.push_str(&format!(

@@ -2,7 +2,7 @@
 //! `roundup_power2_divisions` list with `>` is read as torch 2.9 reads it (and the result is
 //! torch 2.9's own allocator's where its oracle is built: `scripts/versions/oracle.sh 2.9`),
 //! what the release rejects is refused as it would refuse it, what is not replayed is a
-//! warning, and a bad `--torch` is exit 2 quoting it.
+//! warning (2.12's tie order is replayed), and a bad `--torch` is exit 2 quoting it.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -172,7 +172,8 @@ fn what_is_not_replayed_is_a_warning() {
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(w[0].as_str().unwrap().contains("not torch 2.4's"), "{w:?}");
     assert!(text(&o.stderr).contains("warning: torch 2.4 decides otherwise"));
-    // 2.12's decisions are not replayed at all: said on every command
+    // 2.12's own decisions are replayed (its tie order, TorchVersion::orders_ties_by_block_age):
+    // no command warns about it, and 2.12's replay is not 2.11's or 2.13's where ties decide
     for args in [
         &["replay", "--no-explain"][..],
         &["compare", "--no-min-capacity", "-q"],
@@ -181,14 +182,17 @@ fn what_is_not_replayed_is_a_warning() {
         let cmd = args[0];
         let v = json(&[args, &["--torch", "2.12", "--json"]].concat());
         assert_eq!(v["torch"], "2.12");
-        assert!(
-            v["torch_warnings"][0]
-                .as_str()
-                .unwrap()
-                .contains("does not replay torch 2.12's decisions"),
-            "{cmd}: {v}"
-        );
+        assert!(v.get("torch_warnings").is_none(), "{cmd}: {v}");
     }
+    let ties = cachalot_testkit::fixture("torch-versions/ties-2.12.csv");
+    let segments = |torch: &str| {
+        let v = json(&["replay", ties.to_str().unwrap(), "--torch", torch, "--json"]);
+        v["num_device_alloc"].as_i64().unwrap()
+    };
+    assert_eq!(
+        [segments("2.11"), segments("2.12"), segments("2.13")],
+        [2, 1, 2]
+    );
 }
 
 #[test]

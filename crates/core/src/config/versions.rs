@@ -127,16 +127,6 @@ impl TorchVersion {
         self == v(2, 12)
     }
 
-    /// Whether the commands present this release's replays as its own decisions (false: they
-    /// warn that cachalot does not replay them). 2.12 was marked so when its tie order was not
-    /// known; [`TorchVersion::orders_ties_by_block_age`] now models it and its golden
-    /// scenarios match its oracle (`crates/replay/tests/torch_versions.rs`), but the commands'
-    /// warning and the tests that expect it (crates/app `release.rs`, crates/cli
-    /// `cli_torch.rs`) are still to be taken out.
-    pub fn replays_decisions(self) -> bool {
-        self != v(2, 12)
-    }
-
     /// The advice torch appends to an out-of-memory message (after "reserved by PyTorch but
     /// unallocated."), read off each release's own messages.
     pub fn oom_advice(self, expandable_segments: bool) -> &'static str {
