@@ -4,8 +4,7 @@
 //! what the release rejects is refused as it would refuse it, what is not replayed is a
 //! warning (2.12's tie order is replayed), and a bad `--torch` is exit 2 quoting it.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -29,28 +28,6 @@ fn gpt2() -> String {
     cachalot_testkit::fixture("traces/gpt2-train.csv.gz")
         .display()
         .to_string()
-}
-
-/// torch `v`'s oracle, if `scripts/versions/oracle.sh v --check` passes; else why not, with
-/// the command that builds it.
-fn version_oracle(v: &str) -> Result<PathBuf, String> {
-    let base = std::env::var_os("CACHALOT_ORACLE_VERSIONS")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .ok_or("HOME is not set")?;
-    let script = cachalot_testkit::workspace().join("scripts/versions/oracle.sh");
-    let mut check = Command::new(&script);
-    check.arg(v).arg("--check");
-    if let Some(dir) = cachalot_testkit::shared() {
-        check.env("CACHALOT_SHARED", dir);
-    }
-    if !check.output().is_ok_and(|o| o.status.success()) {
-        return Err(format!(
-            "torch {v}'s oracle is not built: run {} {v}",
-            script.display()
-        ));
-    }
-    Ok(base.join(format!("cachalot-oracle-{v}/oracle")))
 }
 
 #[test]
@@ -92,7 +69,7 @@ fn replay_for_2_9_reads_a_roundup_list_as_2_9_does() {
     assert!(out.contains("replayed as torch 2.9 decides"), "{out}");
 
     // the judge: torch 2.9's own allocator on the same trace and configuration
-    let oracle = match version_oracle("2.9") {
+    let oracle = match cachalot_testkit::release_oracle("2.9") {
         Ok(o) => o,
         Err(why) => return cachalot_testkit::skip(why),
     };
@@ -291,7 +268,7 @@ fn replay_for_2_11_orders_equal_blocks_as_2_11_does() {
     };
     let (old, newest) = (segments("2.11"), segments("2.15"));
     assert_ne!(old, newest, "the device calls differ between 2.11 and 2.15");
-    let oracle = match version_oracle("2.11") {
+    let oracle = match cachalot_testkit::release_oracle("2.11") {
         Ok(o) => o,
         Err(why) => return cachalot_testkit::skip(why),
     };

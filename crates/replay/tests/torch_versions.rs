@@ -21,29 +21,12 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use cachalot_core::config::{KEYS, TorchVersion, VersionNote};
-use cachalot_testkit::{fixtures, read_json, shared, skip};
+use cachalot_testkit::{fixtures, read_json, skip};
 use common::{Case, differences, run_ours_as, try_run_oracle};
 
-/// torch `v`'s oracle, if `scripts/versions/oracle.sh v --check` passes.
+/// torch `v`'s oracle (`scripts/versions/oracle.sh v`), or why it cannot be used.
 fn version_oracle(v: TorchVersion) -> Result<PathBuf, String> {
-    let base = std::env::var_os("CACHALOT_ORACLE_VERSIONS")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .ok_or("HOME is not set")?;
-    let script = cachalot_testkit::workspace().join("scripts/versions/oracle.sh");
-    let mut check = Command::new(&script);
-    check.arg(v.to_string()).arg("--check");
-    if let Some(dir) = shared() {
-        check.env("CACHALOT_SHARED", dir);
-    }
-    let ok = check.output().is_ok_and(|o| o.status.success());
-    if !ok {
-        return Err(format!(
-            "torch {v}'s oracle is not built: run {} {v}",
-            script.display()
-        ));
-    }
-    Ok(base.join(format!("cachalot-oracle-{v}/oracle")))
+    cachalot_testkit::release_oracle(&v.to_string())
 }
 
 /// torch `v`'s oracle as [`version_oracle`] finds it, or for 2.15 shared/oracle's where that

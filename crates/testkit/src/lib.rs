@@ -98,6 +98,30 @@ pub fn oracle() -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// Torch `release`'s own allocator on the simulated device (`"2.9"`), built by
+/// `scripts/versions/oracle.sh X.Y` into `CACHALOT_ORACLE_VERSIONS` (else `~/.cache`)
+/// `/cachalot-oracle-X.Y`, once its `--check` passes; otherwise why not, with the command
+/// that builds it.
+pub fn release_oracle(release: &str) -> Result<PathBuf, String> {
+    let base = std::env::var_os("CACHALOT_ORACLE_VERSIONS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .ok_or("HOME is not set")?;
+    let script = workspace().join("scripts/versions/oracle.sh");
+    let mut check = Command::new(&script);
+    check.arg(release).arg("--check");
+    if let Some(dir) = shared() {
+        check.env(SHARED_VAR, dir);
+    }
+    if !check.output().is_ok_and(|o| o.status.success()) {
+        return Err(format!(
+            "torch {release}'s oracle is not built: run {} {release}",
+            script.display()
+        ));
+    }
+    Ok(base.join(format!("cachalot-oracle-{release}/oracle")))
+}
+
 /// Says why (part of) a test did not run. Written to stderr directly: libtest captures
 /// `eprintln!`, and the reason for a skip should show in a plain `cargo test`.
 pub fn skip(why: impl std::fmt::Display) {
