@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+import cachalot
 from cachalot.capture import build
 from conftest import PACKAGE_ROOT, package_env
 
@@ -171,3 +172,52 @@ def test_record_writes_a_snapshot_whose_replay_gives_the_releases_peaks(on_relea
     reserved = measured["stats"]["reserved_bytes.all.peak"]
     assert abs(peak["allocated_bytes"] - allocated) <= allocated / 100, (peak, allocated)
     assert abs(peak["reserved_bytes"] - reserved) <= reserved / 50, (peak, reserved)
+
+
+def test_the_line_tune_recommends_for_the_release_runs_on_it_within_the_capacity(
+    on_release, tmp_path
+):
+    """The issue's must-hold, end to end: `tune` on a snapshot the release recorded (so it
+    tunes for that release) at a capacity below what torch's default needed recommends a line;
+    torch of that release, with its own allocator on a device of exactly that capacity, accepts
+    the line, runs the program without an out-of-memory, and peaks where tune said."""
+    release, _ = on_release
+    python = RELEASES[release]
+    runtime = build.ensure_runtime(python, quiet=True)
+    preload = ":".join(str(runtime / lib) for lib in build.runtime_libraries(runtime))
+
+    def train(stats: Path, capacity: str, conf: str | None, record: Path | None = None) -> dict:
+        env = package_env({"LD_PRELOAD": preload, "CUDA_VISIBLE_DEVICES": "0"})
+        env.update(CACHALOT_SIM_CAPACITY=capacity, FAKE_CUDA_CAPACITY=capacity)
+        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        if conf is not None:
+            env["PYTORCH_CUDA_ALLOC_CONF"] = conf
+        env["VERSIONS_TRAIN_STATS"] = str(stats)
+        cmd = [python, "-m", "cachalot", "record", "-o", str(record), "--"] if record else []
+        p = subprocess.run(
+            [*cmd, python, str(HERE / "versions_train.py")],
+            env=env,
+            cwd=PACKAGE_ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+        assert p.returncode == 0, f"{conf!r} at {capacity}: exit {p.returncode}\n{p.stderr[-3000:]}"
+        return json.loads(stats.read_text())
+
+    snap = tmp_path / "snap.pickle"
+    default = train(tmp_path / "default.json", "80G", None, record=snap)["stats"]
+    capacity = int(default["reserved_bytes.all.peak"] * 0.9) >> 20 << 20
+    r = cachalot.tune(snap, capacity, html=False, threads=2)
+    d = r.to_dict()
+    assert d["torch"] == release, d["torch"]  # read from the snapshot's device.json
+    assert r.fits and r.recommended, (capacity, d["ranking"][:3])
+    line = r.recommended
+    tuned = train(tmp_path / "tuned.json", str(capacity), line)["stats"]
+    assert tuned["num_ooms"] == 0, (line, tuned)
+    assert tuned["reserved_bytes.all.peak"] <= capacity, (line, capacity, tuned)
+    predicted = d["ranking"][0]
+    assert predicted["PYTORCH_CUDA_ALLOC_CONF"] == line
+    peak = predicted["result"]["peak_reserved"]
+    assert abs(peak - tuned["reserved_bytes.all.peak"]) <= tuned["reserved_bytes.all.peak"] / 50
