@@ -259,7 +259,8 @@ def exit_on_sigterm() -> None:
     (so that `finally` blocks and `atexit` handlers, the snapshot writers, run: Python's default
     SIGTERM action skips them), unless the program handles SIGTERM itself. A second one, which
     a kill of the whole process group plus cachalot's forwarding sends, is ignored while the
-    program finishes; SIGKILL still ends it."""
+    program finishes; SIGKILL still ends it. SIGINT is heeded too (`heed_sigint`)."""
+    heed_sigint()
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return
     seen = []
@@ -271,6 +272,20 @@ def exit_on_sigterm() -> None:
 
     with contextlib.suppress(ValueError):  # not the main thread: leave Python's default
         signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def heed_sigint() -> None:
+    """A SIGINT ignored since the process started raises `KeyboardInterrupt` again, as at a
+    terminal. A command started with `&` from a script (a CI job, `nohup`) inherits SIGINT
+    ignored, and Python then installs no Ctrl-C handler; `cachalot record` and `capture`
+    still take a SIGINT sent to them (they wait for it with the signal blocked) and forward
+    it, and a program that ignored it ran on while they waited for it to end. In the wrapper
+    this also gives the programs it starts SIGINT's default action (exec keeps an ignored
+    signal ignored, not a handled one). A handler the program installed is left alone."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        return
+    with contextlib.suppress(ValueError):  # not the main thread: leave it as it is
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def process_path(path: str) -> str:

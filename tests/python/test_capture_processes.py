@@ -111,8 +111,19 @@ def test_the_users_traceback_has_no_capture_frames(tmp_path):
     assert 'boom.py", line 6' in tb and "KeyError: 'mine'" in tb
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_is_forwarded_and_the_temporary_folder_removed(tmp_path, sig):
+# SIGINT as a terminal leaves it, and ignored as a job started with `&` from a script (a CI
+# run, nohup) inherits it: capture still takes a SIGINT sent to it and forwards it, and the
+# program must heed it (it used to sleep on, and capture waited for it).
+@pytest.mark.parametrize(
+    ("sig", "sigint"),
+    [
+        (signal.SIGTERM, signal.SIG_DFL),
+        (signal.SIGINT, signal.SIG_DFL),
+        (signal.SIGINT, signal.SIG_IGN),
+    ],
+    ids=["SIGTERM", "SIGINT", "SIGINT-inherited-ignored"],
+)
+def test_a_signal_is_forwarded_and_the_temporary_folder_removed(tmp_path, sig, sigint):
     _torch()
     script = tmp_path / "slow.py"
     ready = tmp_path / "ready"
@@ -137,6 +148,7 @@ def test_a_signal_is_forwarded_and_the_temporary_folder_removed(tmp_path, sig):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
     )
     wait_until_ready(p, ready, timeout=600)
     assert _leftovers(tmp_path), "the capture's temporary folder should exist while it runs"

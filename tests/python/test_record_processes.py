@@ -151,7 +151,9 @@ def _record_torch(tmp_path, name, script_text, *args):
     return p, out
 
 
-def _start_record(tmp_path, script_text):
+def _start_record(tmp_path, script_text, sigint=signal.SIG_DFL):
+    """Starts `cachalot record` on `script_text` with SIGINT's action `sigint` (ignored: as a
+    job started with `&` from a script, a CI run, inherits it) and waits until it is ready."""
     env = _torch_env()
     script = tmp_path / "train.py"
     script.write_text(script_text)
@@ -163,6 +165,7 @@ def _start_record(tmp_path, script_text):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
     )
     wait_until_ready(p, ready)
     return p, out
@@ -173,10 +176,20 @@ def _sizes(snapshot_path):
     return [e["size"] for e in snap["device_traces"][0] if e["action"] == "alloc"]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_to_record_reaches_the_program_which_writes_its_snapshot(tmp_path, sig):
-    p, out = _start_record(tmp_path, SLOW_EXIT)
-    stdout, _ = signal_and_wait(p, sig)  # 130 for SIGINT, 143 for SIGTERM
+@pytest.mark.parametrize(
+    ("sig", "sigint"),
+    [
+        (signal.SIGINT, signal.SIG_DFL),
+        (signal.SIGTERM, signal.SIG_DFL),
+        (signal.SIGINT, signal.SIG_IGN),
+    ],
+    ids=["SIGINT", "SIGTERM", "SIGINT-inherited-ignored"],
+)
+def test_a_signal_to_record_reaches_the_program_which_writes_its_snapshot(tmp_path, sig, sigint):
+    p, out = _start_record(tmp_path, SLOW_EXIT, sigint)
+    # Well before the program's own 120 s sleep ends: a program that ignored the forwarded
+    # signal slept it out, and record then passed after 130 s instead of failing.
+    stdout, _ = signal_and_wait(p, sig, timeout=60)  # 130 for SIGINT, 143 for SIGTERM
     assert f"wrote {out}" in stdout
     # the allocation made after the signal, during the program's own cleanup, is in it
     assert 3 << 20 in _sizes(out)
