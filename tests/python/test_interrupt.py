@@ -5,6 +5,7 @@ and leaving no temporary file behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -37,30 +38,52 @@ API_CALL = textwrap.dedent(
 )
 
 
-def _started(p: subprocess.Popen, marker: Path | None = None, limit: float = 60.0) -> None:
-    """Waits until `p` is inside the call: `marker` exists, or a moment after its start."""
+def _spawn(argv: list[str]) -> subprocess.Popen:
+    """Starts `argv` with SIGINT's default action, as a shell at a terminal starts a command:
+    a test run started with `&` from a script (a CI job, nohup) passes SIGINT ignored to its
+    children, and a Python started so raises no KeyboardInterrupt at Ctrl-C (by design)."""
+    return subprocess.Popen(
+        argv,
+        env=package_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def _opened(p: subprocess.Popen, path: Path, limit: float = 120.0) -> None:
+    """Waits until `p` has `path` open: the call is inside the native code, waiting on the
+    FIFO (a signal sent sooner would land in the interpreter's start or `import cachalot`)."""
     deadline = time.monotonic() + limit
-    while marker is not None and not marker.exists():
+    fds = Path(f"/proc/{p.pid}/fd")
+    while True:
         assert p.poll() is None, p.communicate()
-        assert time.monotonic() < deadline, "the call did not start"
+        assert time.monotonic() < deadline, f"{path} was never opened"
+        with contextlib.suppress(OSError):  # an fd closed while listed
+            if any(os.readlink(fd) == str(path) for fd in fds.iterdir()):
+                return
         time.sleep(0.005)
-    if marker is None:
-        time.sleep(2.0)  # the interpreter imports cachalot and enters the call
+
+
+def _interrupted(p: subprocess.Popen, sig: int = signal.SIGINT) -> tuple[str, str]:
+    """Sends `sig` to `p` and waits for it to end; ends it if it has not within 20 s (a
+    call that does not end was the bug), so that no process outlives the test."""
+    try:
+        p.send_signal(sig)
+        return p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
 
 
 def test_ctrl_c_interrupts_an_api_call_waiting_on_a_fifo(tmp_path):
     fifo = tmp_path / "trace.csv"
     os.mkfifo(fifo)
-    p = subprocess.Popen(
-        [sys.executable, "-c", API_CALL, str(fifo), str(TRACE)],
-        env=package_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    _started(p)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=20)
+    p = _spawn([sys.executable, "-c", API_CALL, str(fifo), str(TRACE)])
+    _opened(p, fifo)
+    out, err = _interrupted(p)
     assert p.returncode == 0, (out, err)
     lines = out.splitlines()
     assert lines[0].startswith("KeyboardInterrupt after"), out
@@ -70,16 +93,9 @@ def test_ctrl_c_interrupts_an_api_call_waiting_on_a_fifo(tmp_path):
 def test_ctrl_c_ends_the_console_script_waiting_on_a_fifo(tmp_path):
     fifo = tmp_path / "trace.csv"
     os.mkfifo(fifo)
-    p = subprocess.Popen(
-        [*cachalot_cli(), "tune", "--capacity", "24G", str(fifo)],
-        env=package_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    _started(p)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=20)
+    p = _spawn([*cachalot_cli(), "tune", "--capacity", "24G", str(fifo)])
+    _opened(p, fifo)
+    out, err = _interrupted(p)
     assert p.returncode == 130, (out, err)
     assert "interrupted by Ctrl-C" in err
 
@@ -109,8 +125,7 @@ def test_sigterm_during_a_write_keeps_the_previous_file_and_no_temporary_one(tmp
         assert p.poll() is None, p.communicate()
         assert time.monotonic() < deadline, "no temporary file"
         time.sleep(0.005)
-    p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=20)
+    _, err = _interrupted(p, signal.SIGTERM)
     assert p.returncode == 143, err
     assert "interrupted by SIGTERM" in err
     assert sorted(x.name for x in out_dir.iterdir()) == ["trace.csv.gz"]
