@@ -183,6 +183,8 @@ def main(argv: Sequence[str]) -> int:
     env["CACHALOT_RECORD_MAX_ENTRIES"] = str(args.max_entries)
     env["CACHALOT_RECORD_CONTEXT"] = args.context
     env["CACHALOT_RECORD_STACKS"] = args.stacks
+    # started with SIGINT ignored (`&` from a script): the program still gets SIGINT's default
+    _recorder.heed_sigint()
     try:
         done = _run.run(command, env)
     except FileNotFoundError:

@@ -196,6 +196,25 @@ def test_a_signal_to_record_reaches_the_program_which_writes_its_snapshot(tmp_pa
     assert_no_process_runs(tmp_path / "train.py", "cachalot record")
 
 
+def test_a_program_that_is_not_python_heeds_a_forwarded_sigint_record_inherited_ignored(tmp_path):
+    """`cachalot record` started with SIGINT ignored (`&` from a script) still gives the program
+    SIGINT's default action, so a program that cannot re-arm it (here `sleep`, no Python, no
+    torch) ends at the SIGINT record forwards instead of running on."""
+    ready = tmp_path / "ready"
+    program = ["bash", "-c", 'touch "$1"; exec sleep 120', "_", str(ready)]
+    p = subprocess.Popen(
+        [*cachalot_cli(), "record", "-o", str(tmp_path / "snap.pickle"), "--", *program],
+        env=package_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    wait_until_ready(p, ready, timeout=60)
+    signal_and_wait(p, signal.SIGINT, timeout=30)
+    assert_no_process_runs(ready, "cachalot record")
+
+
 SPAWN = textwrap.dedent(
     """
     import sys, torch, torch.multiprocessing as mp
