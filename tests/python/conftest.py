@@ -164,7 +164,12 @@ def signal_and_wait(
     program killed by `sig` (128 + the signal) and says `interrupted (SIGNAME)` on stderr.
     Returns its stdout and stderr."""
     proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=timeout)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # a process that did not end at `sig` does not outlive the test
+        proc.communicate()
+        raise
     assert proc.returncode == 128 + sig, stderr[-3000:]
     assert f"interrupted ({signal.Signals(sig).name})" in stderr, stderr[-3000:]
     return stdout, stderr
