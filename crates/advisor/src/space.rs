@@ -264,12 +264,7 @@ impl SearchSpace {
     pub fn for_release(mut self, release: TorchVersion) -> Self {
         self.release = release;
         // A reading that differs from 2.15's is fine where the replays make it.
-        let probe = |conf: &str| {
-            release
-                .check(conf)
-                .iter()
-                .all(|n| matches!(n, VersionNote::Differs { replayed: true, .. }))
-        };
+        let probe = |conf: &str| release.check(conf).iter().all(VersionNote::is_replayed);
         if !probe("max_non_split_rounding_mb:64") {
             self.non_split_mb.clear();
         }
@@ -645,9 +640,7 @@ mod tests {
                 for t in space.neighbours(&s) {
                     let notes = release(r).check(&t.to_string());
                     assert!(
-                        notes
-                            .iter()
-                            .all(|n| matches!(n, VersionNote::Differs { replayed: true, .. })),
+                        notes.iter().all(VersionNote::is_replayed),
                         "{r}: {t}: {notes:?}"
                     );
                     let c = space.candidate(t).unwrap();

@@ -13,7 +13,7 @@
 
 use std::fmt;
 
-use cachalot_core::config::{ConfigError, VersionNote, parse_pytorch};
+use cachalot_core::config::{ConfigError, parse_pytorch};
 use cachalot_core::{AllocConf, TraceAction, format_size};
 use cachalot_sim::SimConfig;
 use cachalot_torchfmt::{
@@ -88,10 +88,10 @@ pub fn candidate_options(base: &AllocConf) -> Vec<String> {
     }
     // What base's release rejects, or decides otherwise than the replay, is no advice for it.
     let unfaithful = |line: &str| {
-        let notes = base.torch.check(line);
-        notes
+        base.torch
+            .check(line)
             .iter()
-            .filter(|n| !matches!(n, VersionNote::Differs { replayed: true, .. }))
+            .filter(|n| !n.is_replayed())
             .count()
     };
     let before = unfaithful(&base.last_allocator_settings);

@@ -238,6 +238,13 @@ impl VersionNote {
     pub fn is_rejection(&self) -> bool {
         !matches!(self, VersionNote::Differs { .. })
     }
+
+    /// Whether the replay makes the release's own decision here: the release accepts the
+    /// line and reads it otherwise than 2.15, as cachalot replays it (`AllocConf::for_torch`).
+    /// Every other note means a replay's numbers are not the release's.
+    pub fn is_replayed(&self) -> bool {
+        matches!(self, VersionNote::Differs { replayed: true, .. })
+    }
 }
 
 impl fmt::Display for VersionNote {
