@@ -11,7 +11,7 @@ use cachalot_core::config::TorchVersion;
 use cachalot_replay::pool_account::{PoolPeaks, pool_peaks_brief, pool_peaks_json};
 
 use crate::Notes;
-use crate::release::Release;
+use crate::release::{Release, ReleaseReport};
 use crate::workload::{AdvisorOptions, DEFAULT_CAPACITY, Loaded};
 
 /// What to compare.
@@ -42,12 +42,8 @@ pub struct Compared {
     pub result: CompareResult,
     /// Each row's pool accounts (empty when the workload uses no pools).
     pub row_pools: Vec<Option<PoolPeaks>>,
-    /// The torch release whose decisions the rows make.
-    pub release: Release,
-    /// How that release reads the configurations otherwise than 2.15, replayed as it does.
-    torch_notes: Vec<String>,
-    /// What the rows do not make of that release's decisions.
-    torch_warnings: Vec<String>,
+    /// The torch release whose decisions the rows make, and what it makes of them.
+    pub torch: ReleaseReport,
     capacity: u64,
     cost: CostModel,
     threads: Option<usize>,
@@ -62,13 +58,16 @@ pub fn compare(
 ) -> Result<Compared> {
     cachalot_advisor::compare::candidates(&req.confs)?;
     let release = Release::choose(req.release, req.traces.first().map(PathBuf::as_path));
-    let mut torch_notes = Vec::new();
-    let mut torch_warnings: Vec<String> = Vec::new();
+    let mut torch = ReleaseReport::new(release);
     let mut read = |conf: &str| -> Result<()> {
         let r = release.read(conf)?;
         let name = if conf.is_empty() { "(default)" } else { conf };
-        torch_notes.extend(r.replayed.iter().map(|n| format!("{name}: {n}")));
-        torch_warnings.extend(r.warnings.iter().map(|w| format!("{name}: {w}")));
+        torch
+            .notes
+            .extend(r.replayed.iter().map(|n| format!("{name}: {n}")));
+        torch
+            .warnings
+            .extend(r.warnings.iter().map(|w| format!("{name}: {w}")));
         Ok(())
     };
     for c in &req.confs {
@@ -88,12 +87,7 @@ pub fn compare(
                 false
             }
         });
-    for n in &torch_notes {
-        notes(format!("note: {n}"));
-    }
-    for w in &torch_warnings {
-        notes(format!("warning: {w}"));
-    }
+    torch.announce(notes);
     let mut source = w.source.clone();
     let (capacity, note) = req
         .common
@@ -126,9 +120,7 @@ pub fn compare(
         source,
         result,
         row_pools,
-        release,
-        torch_notes,
-        torch_warnings,
+        torch,
         capacity,
         cost: opts.cost,
         threads: req.common.threads,
@@ -147,10 +139,7 @@ impl Compared {
             }
         }
         if let Some(m) = v.as_object_mut() {
-            m.insert("torch".into(), self.release.version.to_string().into());
-            if !self.torch_warnings.is_empty() {
-                m.insert("torch_warnings".into(), self.torch_warnings.clone().into());
-            }
+            self.torch.add_json(m);
             if let Some(d) = &self.workload.gpu_dependent {
                 m.insert("gpu_dependent".into(), d.json());
             }
@@ -173,17 +162,10 @@ impl Compared {
                 }
             }
         }
-        if self.release.is_older() {
-            out.push_str(&format!(
-                "\ndecisions: {}'s, where releases differ\n",
-                self.release.describe()
-            ));
-        }
-        for n in &self.torch_notes {
-            out.push_str(&format!("  {n}\n"));
-        }
-        for w in &self.torch_warnings {
-            out.push_str(&format!("warning: {w}\n"));
+        let torch = self.torch.text();
+        if !torch.is_empty() {
+            out.push('\n');
+            out.push_str(&torch);
         }
         out
     }

@@ -2,14 +2,16 @@
 //! (`--torch X.Y`, `torch=`), else the one the first trace's `STEM.device.json` recorded
 //! (`cachalot record` and `cachalot capture` write it), else 2.15; and what that release makes
 //! of a configuration line: refused where its parser refuses it, a warning where its decision
-//! differs from the one cachalot replays for it (`VersionNote::Differs { replayed: false }`,
-//! and every decision of a release whose decisions are not replayed), a note where it decides
-//! otherwise than 2.15 and the replay does the same.
+//! differs from the one cachalot replays for it (`VersionNote::Differs { replayed: false }`),
+//! a note where it decides otherwise than 2.15 and the replay does the same; and how a command
+//! reports that ([`ReleaseReport`]).
 
 use std::path::Path;
 
 use anyhow::Result;
 use cachalot_core::config::{ALLOC_VAR, Settings, TorchVersion, VersionNote};
+
+use crate::Notes;
 
 /// The release a request replays as, and where it came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,15 +60,64 @@ impl std::fmt::Display for Rejected {
 
 impl std::error::Error for Rejected {}
 
-/// The settings a replay for a release uses ([`Release::settle`]).
+/// The release a command replayed as, and what it made of the configurations replayed:
+/// what `replay` and `compare` say about it on stderr, in their JSON and in their text.
 #[derive(Clone, Debug)]
-pub struct Settled {
-    /// The settings, making the release's decisions.
-    pub settings: Settings,
-    /// How the release reads them otherwise than 2.15, replayed as it does.
+pub struct ReleaseReport {
+    /// The release.
+    pub release: Release,
+    /// How the release reads the configurations otherwise than 2.15, replayed as it does.
     pub notes: Vec<String>,
-    /// What the replay does not make of the release's decisions.
+    /// What the replays do not make of the release's decisions.
     pub warnings: Vec<String>,
+}
+
+impl ReleaseReport {
+    /// Nothing noted yet, for `release`.
+    pub fn new(release: Release) -> Self {
+        ReleaseReport {
+            release,
+            notes: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The notes and warnings, as lines for stderr.
+    pub fn announce(&self, notes: Notes) {
+        for n in &self.notes {
+            notes(format!("note: {n}"));
+        }
+        for w in &self.warnings {
+            notes(format!("warning: {w}"));
+        }
+    }
+
+    /// `torch` (the release) and, where there are any, `torch_warnings` into a command's JSON.
+    pub fn add_json(&self, m: &mut serde_json::Map<String, serde_json::Value>) {
+        m.insert("torch".into(), self.release.version.to_string().into());
+        if !self.warnings.is_empty() {
+            m.insert("torch_warnings".into(), self.warnings.clone().into());
+        }
+    }
+
+    /// For a release other than 2.15: which release decided, then the notes and warnings; else
+    /// nothing.
+    pub fn text(&self) -> String {
+        if !self.release.is_older() {
+            return String::new();
+        }
+        let mut out = format!(
+            "decisions: {}'s, where releases differ\n",
+            self.release.describe()
+        );
+        for n in &self.notes {
+            out.push_str(&format!("  {n}\n"));
+        }
+        for w in &self.warnings {
+            out.push_str(&format!("warning: {w}\n"));
+        }
+        out
+    }
 }
 
 impl Release {
@@ -100,8 +151,8 @@ impl Release {
     /// `resolved` (torch 2.15's reading of the configuration) as this release reads and
     /// decides it: before 2.9 `PYTORCH_ALLOC_CONF` is not read, a line it rejects is an
     /// error ([`Release::read`]), and the configuration makes its decisions
-    /// (`AllocConf::for_torch`).
-    pub fn settle(&self, mut resolved: Settings) -> Result<Settled> {
+    /// (`AllocConf::for_torch`); with what it made of them.
+    pub fn settle(&self, mut resolved: Settings) -> Result<(Settings, ReleaseReport)> {
         let mut notes = Vec::new();
         let src = &resolved.source;
         let reads_alloc_var = src.generic == Some(ALLOC_VAR) || src.cuda == Some(ALLOC_VAR);
@@ -115,13 +166,13 @@ impl Release {
         }
         let reading = self.read(&resolved.conf.last_allocator_settings)?;
         notes.extend(reading.replayed);
-        let warnings = reading.warnings;
         resolved.conf = resolved.conf.for_torch(self.version);
-        Ok(Settled {
-            settings: resolved,
+        let report = ReleaseReport {
+            release: *self,
             notes,
-            warnings,
-        })
+            warnings: reading.warnings,
+        };
+        Ok((resolved, report))
     }
 
     /// What this release makes of `conf` (a `PYTORCH_CUDA_ALLOC_CONF` line torch 2.15

@@ -20,7 +20,7 @@ use cachalot_torchfmt::{Snapshot, memory_stats_json, memory_summary, write_pickl
 use cachalot_trace::write_atomic;
 
 use crate::Notes;
-use crate::release::Release;
+use crate::release::{Release, ReleaseReport};
 use crate::workload::{DEFAULT_CAPACITY, load_input, snapshot_conf};
 
 /// What to replay and how (the CLI's `replay` options).
@@ -80,11 +80,8 @@ pub struct ReplayRun {
     input: LoadedInput,
     name: String,
     resolved: Settings,
-    release: Release,
-    /// What the release makes of the configuration: decisions replayed as it makes them,
-    /// and warnings for those that are not.
-    torch_notes: Vec<String>,
-    torch_warnings: Vec<String>,
+    /// The release replayed as, and what it makes of the configuration.
+    torch: ReleaseReport,
     capacity: u64,
     opts: ReplayOptions,
     /// The replay's report (up to the fatal error, if one stopped it).
@@ -103,18 +100,11 @@ pub fn replay(req: ReplayRequest, notes: Notes) -> Result<ReplayRun> {
     }
     let release = Release::choose(req.release, req.trace.as_deref());
     let (input, name) = load_input(req.trace.as_deref(), req.device)?;
-    let settled = release.settle(snapshot_conf(req.conf.as_deref(), &input, notes)?)?;
-    let resolved = settled.settings;
+    let (resolved, torch) = release.settle(snapshot_conf(req.conf.as_deref(), &input, notes)?)?;
     for w in &resolved.warnings {
         notes(format!("warning: {w}"));
     }
-    let (torch_notes, torch_warnings) = (settled.notes, settled.warnings);
-    for n in &torch_notes {
-        notes(format!("note: {n}"));
-    }
-    for w in &torch_warnings {
-        notes(format!("warning: {w}"));
-    }
+    torch.announce(notes);
     for note in input.notes() {
         notes(note);
     }
@@ -178,9 +168,7 @@ pub fn replay(req: ReplayRequest, notes: Notes) -> Result<ReplayRun> {
         input,
         name,
         resolved,
-        release,
-        torch_notes,
-        torch_warnings,
+        torch,
         capacity,
         opts,
         report,
@@ -216,10 +204,7 @@ impl ReplayRun {
             &meta,
         );
         if let Some(m) = v.as_object_mut() {
-            m.insert("torch".into(), self.release.version.to_string().into());
-            if !self.torch_warnings.is_empty() {
-                m.insert("torch_warnings".into(), self.torch_warnings.clone().into());
-            }
+            self.torch.add_json(m);
             m.insert("memory_stats".into(), memory_stats_json(&self.report.stats));
             if let Some(p) = &self.pools {
                 let mut v = pool_peaks_json(p);
@@ -240,19 +225,7 @@ impl ReplayRun {
             return Ok(String::new());
         }
         let mut out = format!("trace: {}\n", self.name);
-        if self.release.is_older() {
-            let _ = writeln!(
-                out,
-                "decisions: {}'s, where releases differ",
-                self.release.describe()
-            );
-        }
-        for n in &self.torch_notes {
-            let _ = writeln!(out, "  {n}");
-        }
-        for w in &self.torch_warnings {
-            let _ = writeln!(out, "warning: {w}");
-        }
+        out.push_str(&self.torch.text());
         if self.opts.conf.backend == cachalot_core::Backend::CudaMallocAsync {
             out.push_str(
                 "backend: cudaMallocAsync (the simulated stream-ordered pool caches nothing)\n",
