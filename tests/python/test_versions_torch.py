@@ -134,16 +134,20 @@ def test_graph_pools_give_the_releases_statistics_and_segments(on_release):
     assert max(counts) == 2 and counts[-1] == -1  # the two graphs' pool, then released
 
 
-def test_record_writes_a_snapshot_whose_replay_gives_the_releases_peaks(on_release, tmp_path):
-    release, _ = on_release
+def train(release: str, stats: Path, capacity: str = "80G", conf=None, record=None) -> dict:
+    """versions_train.py on `release`'s capture runtime with torch's own allocator, on a
+    device of `capacity`, under `PYTORCH_CUDA_ALLOC_CONF=conf` and under `cachalot record -o
+    record` where given; what the program wrote to `stats` (torch's `memory_stats()`)."""
     python = RELEASES[release]
     runtime = build.ensure_runtime(python, quiet=True)
     preload = ":".join(str(runtime / lib) for lib in build.runtime_libraries(runtime))
-    snap, stats = tmp_path / "snap.pickle", tmp_path / "stats.json"
-    env = package_env({**CAPACITY, "LD_PRELOAD": preload, "CUDA_VISIBLE_DEVICES": "0"})
+    env = package_env({"LD_PRELOAD": preload, "CUDA_VISIBLE_DEVICES": "0"})
+    env.update(CACHALOT_SIM_CAPACITY=capacity, FAKE_CUDA_CAPACITY=capacity)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    if conf is not None:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = conf
     env["VERSIONS_TRAIN_STATS"] = str(stats)
-    cmd = [python, "-m", "cachalot", "record", "-o", str(snap), "--"]
+    cmd = [python, "-m", "cachalot", "record", "-o", str(record), "--"] if record else []
     p = subprocess.run(
         [*cmd, python, str(HERE / "versions_train.py")],
         env=env,
@@ -153,8 +157,15 @@ def test_record_writes_a_snapshot_whose_replay_gives_the_releases_peaks(on_relea
         check=False,
         timeout=600,
     )
-    assert p.returncode == 0, p.stderr[-3000:]
-    measured = json.loads(stats.read_text())
+    assert p.returncode == 0, f"{conf!r} at {capacity}: exit {p.returncode}\n{p.stderr[-3000:]}"
+    return json.loads(stats.read_text())
+
+
+def test_record_writes_a_snapshot_whose_replay_gives_the_releases_peaks(on_release, tmp_path):
+    release, _ = on_release
+    python = RELEASES[release]
+    snap = tmp_path / "snap.pickle"
+    measured = train(release, tmp_path / "stats.json", record=snap)
     assert measured["torch"].startswith(release + ".")
     info = json.loads((tmp_path / "snap.device.json").read_text())
     assert info["torch_version"] == measured["torch"]
@@ -182,39 +193,15 @@ def test_the_line_tune_recommends_for_the_release_runs_on_it_within_the_capacity
     torch of that release, with its own allocator on a device of exactly that capacity, accepts
     the line, runs the program without an out-of-memory, and peaks where tune said."""
     release, _ = on_release
-    python = RELEASES[release]
-    runtime = build.ensure_runtime(python, quiet=True)
-    preload = ":".join(str(runtime / lib) for lib in build.runtime_libraries(runtime))
-
-    def train(stats: Path, capacity: str, conf: str | None, record: Path | None = None) -> dict:
-        env = package_env({"LD_PRELOAD": preload, "CUDA_VISIBLE_DEVICES": "0"})
-        env.update(CACHALOT_SIM_CAPACITY=capacity, FAKE_CUDA_CAPACITY=capacity)
-        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-        if conf is not None:
-            env["PYTORCH_CUDA_ALLOC_CONF"] = conf
-        env["VERSIONS_TRAIN_STATS"] = str(stats)
-        cmd = [python, "-m", "cachalot", "record", "-o", str(record), "--"] if record else []
-        p = subprocess.run(
-            [*cmd, python, str(HERE / "versions_train.py")],
-            env=env,
-            cwd=PACKAGE_ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=600,
-        )
-        assert p.returncode == 0, f"{conf!r} at {capacity}: exit {p.returncode}\n{p.stderr[-3000:]}"
-        return json.loads(stats.read_text())
-
     snap = tmp_path / "snap.pickle"
-    default = train(tmp_path / "default.json", "80G", None, record=snap)["stats"]
+    default = train(release, tmp_path / "default.json", record=snap)["stats"]
     capacity = int(default["reserved_bytes.all.peak"] * 0.9) >> 20 << 20
     r = cachalot.tune(snap, capacity, html=False, threads=2)
     d = r.to_dict()
     assert d["torch"] == release, d["torch"]  # read from the snapshot's device.json
     assert r.fits and r.recommended, (capacity, d["ranking"][:3])
     line = r.recommended
-    tuned = train(tmp_path / "tuned.json", str(capacity), line)["stats"]
+    tuned = train(release, tmp_path / "tuned.json", str(capacity), line)["stats"]
     assert tuned["num_ooms"] == 0, (line, tuned)
     assert tuned["reserved_bytes.all.peak"] <= capacity, (line, capacity, tuned)
     predicted = d["ranking"][0]
