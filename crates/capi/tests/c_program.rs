@@ -25,6 +25,7 @@ fn compile() -> Option<PathBuf> {
     let lib = library();
     let dir = lib.parent().unwrap();
     let exe = scratch("exercise");
+    let part = common::partial(&exe);
     let mut gcc = cachalot_testkit::compiler("gcc")?;
     gcc.args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-pthread"])
         .arg("-I")
@@ -33,8 +34,9 @@ fn compile() -> Option<PathBuf> {
         .arg(format!("-L{}", dir.display()))
         .arg(format!("-Wl,-rpath,{}", dir.display()))
         .args(["-lcachalot_capi", "-o"])
-        .arg(&exe);
+        .arg(&part);
     cachalot_testkit::succeed(&mut gcc);
+    common::install(&part, &exe);
     Some(exe)
 }
 

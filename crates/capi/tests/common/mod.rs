@@ -109,6 +109,7 @@ pub fn compile_c(source: &Path, name: &str, opt: &str) -> PathBuf {
     let lib = library();
     let dir = lib.parent().unwrap();
     let exe = scratch(name);
+    let part = partial(&exe);
     let out = Command::new("gcc")
         .args(["-std=c11", opt, "-Wall", "-Wextra", "-Werror", "-pthread"])
         .arg("-I")
@@ -117,7 +118,7 @@ pub fn compile_c(source: &Path, name: &str, opt: &str) -> PathBuf {
         .arg(format!("-L{}", dir.display()))
         .arg(format!("-Wl,-rpath,{}", dir.display()))
         .args(["-lcachalot_capi", "-o"])
-        .arg(&exe)
+        .arg(&part)
         .output()
         .unwrap();
     assert!(
@@ -126,7 +127,24 @@ pub fn compile_c(source: &Path, name: &str, opt: &str) -> PathBuf {
         source.display(),
         String::from_utf8_lossy(&out.stderr)
     );
+    install(&part, &exe);
     exe
+}
+
+/// Where a build writes `exe` before [`install`] puts it in place: a name of this process's
+/// own. Test runners such as nextest run each test in its own process, several at once, so two
+/// processes may build the same program while a third runs it; writing over an executable that
+/// is running fails ("text file busy"), renaming over it does not.
+pub fn partial(exe: &Path) -> PathBuf {
+    let mut name = exe.file_name().unwrap().to_os_string();
+    name.push(format!(".{}.partial", std::process::id()));
+    exe.with_file_name(name)
+}
+
+/// Renames the finished build `part` (from [`partial`]) onto `exe`, atomically.
+pub fn install(part: &Path, exe: &Path) {
+    std::fs::rename(part, exe)
+        .unwrap_or_else(|e| panic!("cannot move {} to {}: {e}", part.display(), exe.display()));
 }
 
 /// What a C program printed.
