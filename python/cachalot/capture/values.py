@@ -36,6 +36,8 @@ are reported with it, and ``cachalot capture`` runs the program once per assumpt
 from __future__ import annotations
 
 import ctypes
+import importlib.abc
+import importlib.util
 import os
 import sys
 from collections import Counter
@@ -154,10 +156,17 @@ def clean_frames(snap: dict) -> dict:
     return snap
 
 
-def _skip_in_dynamo(torch) -> None:
+_EVAL_FRAME = "torch._dynamo.eval_frame"
+
+
+def _skip_in_dynamo() -> None:
     """Dynamo's frame hook never compiles this machinery's own frames (it would, where a
     compiled frame falls back to eager under the mode, and report them as failed compiles);
-    tracing still inlines the mode, whose first line hands a compiled call straight on."""
+    tracing still inlines the mode, whose first line hands a compiled call straight on.
+
+    Run once Dynamo is imported (``_after_import``): importing it only for this would cost
+    every captured process about a second of CPU (Dynamo and what it imports: Inductor,
+    sympy, FSDP), where a program that never compiles never imports it."""
     import types
 
     from . import hostreads, values_mode
@@ -182,6 +191,41 @@ def _skip_in_dynamo(torch) -> None:
             for f in [obj, *vars(obj).values()] if isinstance(obj, type) else [obj]:
                 if isinstance(f, types.FunctionType) and f.__module__ == mod.__name__:
                     codes(f.__code__)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `then()` right after the module `name` is first executed, in the thread that
+    imports it: a finder first on ``sys.meta_path`` that takes itself off at that import, asks
+    the other finders for the module, and wraps its loader's ``exec_module`` (the module, its
+    loader and its spec stay the ones Python made)."""
+
+    def __init__(self, name: str, then) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name or self not in sys.meta_path:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        loader = spec and spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        execute, then = loader.exec_module, self.then
+
+        def exec_module(module):
+            execute(module)
+            then()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _after_import(name: str, then) -> None:
+    """`then()` now if the module `name` is imported, else right after its import."""
+    if name in sys.modules:
+        then()
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
 
 
 class _Known:
@@ -239,7 +283,7 @@ class Values:
 
         self._mode = make_mode(self)
         self._watch_collectives()
-        _skip_in_dynamo(self.torch)
+        _after_import(_EVAL_FRAME, _skip_in_dynamo)
         self._mode.__enter__()
         return True
 
