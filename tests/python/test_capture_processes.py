@@ -21,16 +21,9 @@ from conftest import (
     assert_no_process_runs,
     package_env,
     signal_and_wait,
+    torch_python,
     wait_until_ready,
 )
-
-
-def _torch():
-    if not TORCH_PYTHON.exists():
-        pytest.skip(f"no torch venv at {TORCH_PYTHON}")
-    p = subprocess.run([str(TORCH_PYTHON), "-c", "import torch"], capture_output=True, check=False)
-    if p.returncode != 0:
-        pytest.skip(f"{TORCH_PYTHON} cannot import torch")
 
 
 def capture(tmp_path, args, **kw):
@@ -86,7 +79,7 @@ PRINTS = textwrap.dedent(
 
 @pytest.mark.parametrize(("gib", "status", "fits"), [("1", 0, True), ("20", 1, False)])
 def test_json_alone_on_stdout_and_does_not_fit_is_exit_1(tmp_path, gib, status, fits):
-    _torch()
+    torch_python()
     script = tmp_path / "prints.py"
     script.write_text(PRINTS)
     out = tmp_path / "t.pickle"
@@ -101,7 +94,7 @@ def test_json_alone_on_stdout_and_does_not_fit_is_exit_1(tmp_path, gib, status, 
 
 
 def test_the_users_traceback_has_no_capture_frames(tmp_path):
-    _torch()
+    torch_python()
     script = tmp_path / "boom.py"
     script.write_text("import torch\n\ndef f():\n    raise KeyError('mine')\n\nf()\n")
     p = capture(tmp_path, ["-o", tmp_path / "t.pickle", "--", TORCH_PYTHON, script])
@@ -124,7 +117,7 @@ def test_the_users_traceback_has_no_capture_frames(tmp_path):
     ids=["SIGTERM", "SIGINT", "SIGINT-inherited-ignored"],
 )
 def test_a_signal_is_forwarded_and_the_temporary_folder_removed(tmp_path, sig, sigint):
-    _torch()
+    torch_python()
     script = tmp_path / "slow.py"
     ready = tmp_path / "ready"
     script.write_text(
@@ -158,7 +151,7 @@ def test_a_signal_is_forwarded_and_the_temporary_folder_removed(tmp_path, sig, s
 
 
 def test_a_script_that_switches_the_allocator_gets_a_clear_message(tmp_path):
-    _torch()
+    torch_python()
     script = tmp_path / "use.py"
     script.write_text(
         "import cachalot.torch, torch\ncachalot.torch.use()\n"

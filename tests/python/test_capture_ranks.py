@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -35,16 +36,24 @@ TRAINER = Path(__file__).with_name("trainer_workload.py")
 TORCHRUN = TORCH_PYTHON.parent / "torchrun"
 
 
-def _torch():
+@cache
+def _no_distributed() -> str | None:
+    """Why the torch venv cannot run these jobs, or None (asked once per worker: each asking
+    imports torch, about 2 s of CPU)."""
     if not TORCH_PYTHON.exists():
-        pytest.skip(f"no torch venv at {TORCH_PYTHON}")
+        return f"no torch venv at {TORCH_PYTHON}"
     p = subprocess.run(
         [str(TORCH_PYTHON), "-c", "import torch.distributed as d; assert d.is_available()"],
         capture_output=True,
         check=False,
     )
-    if p.returncode != 0:
-        pytest.skip(f"{TORCH_PYTHON} cannot import torch.distributed")
+    return f"{TORCH_PYTHON} cannot import torch.distributed" if p.returncode else None
+
+
+def _torch():
+    why = _no_distributed()
+    if why:
+        pytest.skip(why)
 
 
 def _port() -> int:
@@ -234,9 +243,11 @@ def test_a_job_past_its_timeout_is_ended_with_a_clear_message(tmp_path):
     hang = tmp_path / "hang-timeout"
     hang.mkdir()
     command = _torchrun(2, "--hang", hang)
-    p = _capture(tmp_path, ["--timeout", "60", "-o", f"{tmp_path}/t/"], command)
+    # long enough for both ranks to be asleep in the program on a loaded 2-core machine (about
+    # 15 s there); the job ends at the limit whatever it is doing then
+    p = _capture(tmp_path, ["--timeout", "30", "-o", f"{tmp_path}/t/"], command)
     assert p.returncode == 124, p.stderr[-3000:]
-    assert "did not finish within --timeout 60 s" in p.stderr
+    assert "did not finish within --timeout 30 s" in p.stderr
     assert list(tmp_path.glob("cachalot-capture-*")) == []
     assert _left(str(hang)) == b""
 
