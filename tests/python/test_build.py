@@ -1,10 +1,12 @@
 """The one builder of cachalot's first-use C/C++ libraries (cachalot.capture.build): the whole
 capture runtime and the graph-pool hooks compile with -Wall -Wextra -Werror against torch's
-own NVIDIA headers (so CI builds them with warnings as errors), and the cache folder a build
-fills is complete or absent."""
+own NVIDIA headers (so CI builds them with warnings as errors; the runtime's -Werror build is
+cached, as capture's is, and built again whenever anything it is built from changes), and the
+cache folder a build fills is complete or absent."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import textwrap
@@ -29,11 +31,27 @@ def _torch_layout() -> build.TorchLayout:
     return t
 
 
-def test_the_whole_runtime_builds_with_warnings_as_errors(tmp_path):
+def _compilers() -> str:
+    """The C and C++ compilers' own version lines (what decides which warnings there are)."""
+    tools = (build.tool("g++", "CXX"), build.tool("gcc", "CC"))
+    return "\n".join(build.run([t, "--version"], f"{t} --version") for t in tools)
+
+
+def test_the_whole_runtime_builds_with_warnings_as_errors():
+    """Built into the cache under a key of everything the build reads (the sources and this
+    builder, the torch build, the compilers' versions), like the runtime capture builds: a
+    run with the same inputs finds the build they passed, one with any input changed builds
+    again, and a build that fails at a warning caches nothing."""
     t = _torch_layout()
-    build.build_runtime(t, tmp_path, werror=True)
+    key = hashlib.sha256(f"{build.build_key(t)}\n{_compilers()}".encode()).hexdigest()[:16]
+    out = build.cached(
+        "capture-runtime-werror",
+        key,
+        lambda d: all((d / lib).exists() for lib in build.LIBRARIES),
+        lambda d: build.build_runtime(t, d, werror=True),
+    )
     for lib in build.LIBRARIES:
-        so = tmp_path / lib
+        so = out / lib
         assert so.stat().st_size > 0, lib
         # Each library exports what the capture binds to it, so the link did what it should.
         nm = ["nm", "-D", "--defined-only", str(so)]
