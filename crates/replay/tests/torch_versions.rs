@@ -6,6 +6,9 @@
 //! (`CACHALOT_ORACLE_VERSIONS` names another folder than `~/.cache`); a release whose oracle
 //! is not built is skipped with the command that builds it. Where a release rejects a
 //! scenario's configuration, the versions table must say so too (`TorchVersion::check`).
+//! Each oracle's answers are remembered beside it, keyed by its own files, the trace and the
+//! case (`common/remembered.rs`): a later run runs only cachalot's side of an unchanged case
+//! (`CACHALOT_ORACLE_RERUN=1` runs the oracles again).
 //!
 //! A second test holds the versions table's verdict on single entries (every key cachalot knows,
 //! the `max_split_size_mb` minimum, a key no torch has) to each release's own parser: the
@@ -22,6 +25,7 @@ use std::process::Command;
 
 use cachalot_core::config::{KEYS, TorchVersion, VersionNote};
 use cachalot_testkit::{fixtures, read_json, skip};
+use common::remembered::{Remembered, file_id};
 use common::{Case, differences, run_ours_as, try_run_oracle};
 
 /// torch `v`'s oracle (`scripts/versions/oracle.sh v`), or why it cannot be used.
@@ -61,9 +65,11 @@ fn check_release(v: TorchVersion, oracle: &std::path::Path) -> Vec<String> {
     let index = read_json(&root.join("golden/index.json"));
     let filter = std::env::var("GOLDEN_FILTER").unwrap_or_default();
     let dir = cachalot_testkit::scratch();
+    let judge = Remembered::new(oracle);
     let (mut same, mut rejected, mut not_replayed, mut failures) = (0, 0, 0, Vec::new());
     for (name, entry) in index.as_object().unwrap() {
         let trace = root.join(entry["trace"].as_str().unwrap());
+        let trace_id = file_id(&trace);
         for (scenario, sc) in entry["scenarios"].as_object().unwrap() {
             let id = format!("{name}/{scenario}");
             if !id.contains(&filter) {
@@ -74,7 +80,8 @@ fn check_release(v: TorchVersion, oracle: &std::path::Path) -> Vec<String> {
                 conf: sc["PYTORCH_CUDA_ALLOC_CONF"].as_str().unwrap().to_string(),
                 ..Case::default()
             };
-            let theirs = try_run_oracle(oracle, &trace, &case, &dir.path().join("o"))
+            let theirs = judge
+                .run(&trace, &trace_id, &case, &dir.path().join("o"))
                 .unwrap_or_else(|e| panic!("torch {v}: {e}"));
             if theirs.status == 2 {
                 // The release's own parser refused the line: the table must know why.

@@ -10,6 +10,7 @@
 #![allow(dead_code)]
 
 pub mod pool_traces;
+pub mod remembered;
 
 use std::path::Path;
 use std::process::Command;
