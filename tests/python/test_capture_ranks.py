@@ -134,12 +134,18 @@ def _pct(pred: int, meas: int) -> float:
     return 100.0 * abs(pred - meas) / meas
 
 
+def _shares(job: str):
+    """The mark of the tests that read one cached job (`_job`): under pytest-xdist they go to
+    one worker, which runs the job once (each worker has its own `_JOBS`)."""
+    return pytest.mark.xdist_group(f"capture-ranks-{job}")
+
+
 @pytest.mark.parametrize(
     ("mode", "n", "launcher"),
     [
-        ("ddp", 2, "torchrun"),
-        ("fsdp", 2, "module"),
-        ("fsdp", 4, "module"),
+        pytest.param("ddp", 2, "torchrun", marks=_shares("ddp-torchrun")),
+        pytest.param("fsdp", 2, "module", marks=_shares("fsdp-module")),
+        pytest.param("fsdp", 4, "module", marks=_shares("fsdp-module")),
         ("ddp", 2, "spawn"),
         ("fsdp", 2, "accelerate"),
         ("zero2", 2, "deepspeed"),
@@ -168,12 +174,14 @@ def test_every_rank_matches_torchs_own_allocator(tmp_path_factory, mode, n, laun
     assert answer["peak_reserved"] == decides["peak_reserved"]
 
 
+@_shares("fsdp-module")
 def test_fsdp_per_rank_peak_falls_with_more_ranks(tmp_path_factory):
     two, _, _ = _job(tmp_path_factory, "fsdp", 2, "module")
     four, _, _ = _job(tmp_path_factory, "fsdp", 4, "module")
     assert four["peak_allocated"] < two["peak_allocated"], (two["ranks"], four["ranks"])
 
 
+@_shares("ddp-torchrun")
 def test_the_ranks_traces_work_with_the_advisor(tmp_path_factory):
     answer, _, _ = _job(tmp_path_factory, "ddp", 2, "torchrun")
     traces = [r["trace"] for r in answer["ranks"]]
@@ -267,6 +275,7 @@ def _stats(folder: Path) -> dict[int, dict]:
     return {int(f.stem[4:]): json.loads(f.read_text()) for f in sorted(folder.glob("rank*.json"))}
 
 
+@_shares("fsdp-module")
 def test_a_job_larger_than_the_machine_runs_only_the_ranks_asked_for(tmp_path_factory):
     # the judge: torch's own allocator on every rank of the real 4-rank run
     _, full, _ = _job(tmp_path_factory, "fsdp", 4, "module")
