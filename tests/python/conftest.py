@@ -219,6 +219,9 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
     return False
 
 
+# First among the plugins' hooks: pytest-xdist's worker turns each xdist_group mark into its
+# node id's group tag in this same hook, so the marks added here must be there before it runs.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if _needs_torch(item):

@@ -15,3 +15,17 @@ def test_an_xdist_group_reaches_the_scheduler(request):
         f"{request.node.nodeid}: xdist's loadgroup no longer sees xdist_group marks with "
         f"pytest {pytest.__version__}; pin a pytest it works with in scripts/python_env.sh"
     )
+
+
+@pytest.fixture(scope="module")
+def shared_workload():
+    """A module-scoped fixture of this module: conftest.py groups the tests that use it."""
+    return object()
+
+
+def test_a_modules_shared_workload_keeps_its_tests_on_one_worker(request, shared_workload):
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("not run with pytest-xdist's --dist loadgroup")
+    assert request.node.nodeid.endswith(f"@{request.module.__name__}"), (
+        f"{request.node.nodeid}: conftest.py's group mark came after xdist tagged the node id"
+    )
