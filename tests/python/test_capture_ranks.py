@@ -23,37 +23,20 @@ import socket
 import subprocess
 import sys
 import time
-from functools import cache
 from pathlib import Path
 
 import pytest
 
 from cachalot.capture import cover
-from conftest import TORCH_PYTHON, package_env
+from conftest import TORCH_PYTHON, package_env, torch_python
 
 WORKLOAD = Path(__file__).with_name("ranks_workload.py")
 TRAINER = Path(__file__).with_name("trainer_workload.py")
 TORCHRUN = TORCH_PYTHON.parent / "torchrun"
 
 
-@cache
-def _no_distributed() -> str | None:
-    """Why the torch venv cannot run these jobs, or None (asked once per worker: each asking
-    imports torch, about 2 s of CPU)."""
-    if not TORCH_PYTHON.exists():
-        return f"no torch venv at {TORCH_PYTHON}"
-    p = subprocess.run(
-        [str(TORCH_PYTHON), "-c", "import torch.distributed as d; assert d.is_available()"],
-        capture_output=True,
-        check=False,
-    )
-    return f"{TORCH_PYTHON} cannot import torch.distributed" if p.returncode else None
-
-
 def _torch():
-    why = _no_distributed()
-    if why:
-        pytest.skip(why)
+    torch_python("torch.distributed")  # asked once per worker (conftest)
 
 
 def _port() -> int:
